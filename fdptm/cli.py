@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 from fdptm.errors import BadInputError, FdptmError
+from fdptm.mechanisms.registry import MECHANISMS
+
+DEFAULT_MECHANISM = "hdp-lda"
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20}
 
@@ -74,7 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rel.add_argument("--delta", type=_positive_float, required=True)
     rel.add_argument("--topics", type=int, required=True)
-    rel.add_argument("--mechanism", default="hdp-lda", help="M2 mechanism (default hdp-lda)")
+    rel.add_argument(
+        "--mechanism",
+        default=DEFAULT_MECHANISM,
+        choices=list(MECHANISMS),
+        help=f"M2 mechanism (default {DEFAULT_MECHANISM}; README: 'M2 mechanisms')",
+    )
+    rel.add_argument(
+        "--m2-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the M2 mechanism (repeatable); unknown options are refused",
+    )
+    rel.add_argument(
+        "--allow-unproven",
+        action="store_true",
+        help="release with a mechanism whose DP claim is unproven (zhu, cdp-lda, "
+        "cdp-lda-plus); the manifest says so",
+    )
     rel.add_argument("--iterations", type=int, default=20)
     rel.add_argument("--seed", type=int, help="fixed seed (tests only: makes noise guessable)")
     rel.add_argument(
@@ -185,10 +206,21 @@ def cmd_release(args: argparse.Namespace) -> int:
         max_tokens_per_doc=args.max_tokens_per_doc,
         baseline=args.baseline,
         releases_left=args.releases_left,
+        m2_options=_options(args.m2_option),
+        allow_unproven=args.allow_unproven,
         show_progress=not args.no_progress,
     )
     _print_release(outcome)
     return 0
+
+
+def _options(pairs: list[str]) -> dict:
+    from fdptm.mechanisms.registry import parse_option
+
+    options = dict(parse_option(p) for p in pairs)
+    if len(options) != len(pairs):
+        raise BadInputError(f"an M2 option is given twice in {pairs}")
+    return options
 
 
 def _release(**kwargs) -> dict:
@@ -204,10 +236,7 @@ def _release(**kwargs) -> dict:
 def _print_release(outcome: dict) -> None:
     print(f"run id:    {outcome['run_id']}")
     print(f"release:   {outcome['release_path']}")
-    print(
-        f"guarantee: ({outcome['epsilon']:.6g}, {outcome['delta']:.3g})-DP, "
-        f"{outcome['adjacency']}-level adjacency"
-    )
+    print(f"guarantee: {outcome['statement']}, {outcome['adjacency']}-level adjacency")
     for i, words in enumerate(outcome["top_words"]):
         print(f"  topic {i}: {' '.join(words)}")
 

@@ -50,9 +50,14 @@ def sanitize_task(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
 
 
 @task(name="m2-train", cache_policy=NO_CACHE)
-def train_task(spec: RunSpec, san: dict, vocab: dict, epsilon: float, show: bool) -> dict:
-    with tqdm(total=spec.iterations, desc="M2 Gibbs iterations", disable=not show) as bar:
-        return lifecycle.run_stage(spec, "train", stages.train, san, vocab, epsilon, bar.update)
+def train_task(
+    spec: RunSpec, san: dict, vocab: dict, epsilon: float, delta: float, show: bool
+) -> dict:
+    desc = f"M2 {spec.mechanism} iterations"
+    with tqdm(total=spec.iterations, desc=desc, disable=not show) as bar:
+        return lifecycle.run_stage(
+            spec, "train", stages.train, san, vocab, epsilon, delta, bar.update
+        )
 
 
 @task(name="baseline-cgs", cache_policy=NO_CACHE)
@@ -73,6 +78,8 @@ class ReleaseOutcome:
     epsilon: float
     delta: float
     adjacency: str
+    notion: str
+    statement: str
     top_words: list[list[str]]
 
 
@@ -92,6 +99,8 @@ def release(
     max_tokens_per_doc: int = 1000,
     baseline: bool = False,
     releases_left: int | None = None,
+    m2_options: dict | None = None,
+    allow_unproven: bool = False,
     show_progress: bool = False,
 ) -> dict:
     """Release a DP topic model of ``dataset`` at (epsilon, delta); returns the outcome.
@@ -113,6 +122,8 @@ def release(
         m1_fraction=m1_fraction,
         baseline=baseline,
         releases_left=releases_left,
+        m2_options=dict(m2_options or {}),
+        allow_unproven=allow_unproven,
         bounds=Bounds(max_docs_per_author, max_tokens_per_doc),
     )
     spec, plan = lifecycle.prepare(spec)
@@ -122,7 +133,7 @@ def release(
         bounded = bound_task(spec, tokens)
         vocab = vocabulary_task(spec, bounded, m1.epsilon, m1.delta)
         san = sanitize_task(spec, bounded, vocab)
-        topic_word = train_task(spec, san, vocab, m2.epsilon, show_progress)
+        topic_word = train_task(spec, san, vocab, m2.epsilon, m2.delta, show_progress)
         if spec.baseline:
             baseline_task(spec, san, vocab, show_progress)
         path = publish_task(spec, plan, vocab, topic_word)
@@ -133,7 +144,14 @@ def release(
     manifest = json.loads((Path(path) / "manifest.json").read_text())
     g = manifest["guarantee"]
     outcome = ReleaseOutcome(
-        spec.run_id, path, g["epsilon"], g["delta"], g["adjacency"], manifest["top_words"]
+        spec.run_id,
+        path,
+        g["epsilon"],
+        g["delta"],
+        g["adjacency"],
+        g["notion"],
+        g["statement"],
+        manifest["top_words"],
     )
     create_markdown_artifact(
         key=artifact_key(dataset),
@@ -153,7 +171,7 @@ def _summary(outcome: ReleaseOutcome, manifest: dict) -> str:
     lines = [
         f"# Release `{outcome.run_id}`",
         "",
-        f"**Guarantee:** ({g['epsilon']:.4g}, {g['delta']:.3g})-DP, **{g['adjacency']}-level** "
+        f"**Guarantee:** {g['statement']}, **{g['adjacency']}-level** "
         f"({g['neighbouring_datasets']}); accountant: {g['accountant']}.",
         "",
         f"> {g['not_covered']}",

@@ -23,13 +23,14 @@ are weaker than the unit: a word-level spend has no author-level bound).
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.privacy.accountant import BudgetPlan, Composition, check_delta, check_epsilon, compose
-from fdptm.privacy.adjacency import Adjacency
+from fdptm.privacy.adjacency import Adjacency, converts_to
 from fdptm.storage.catalog import Catalog, now
 
 ACTIVE = ("reserved", "spent")
@@ -46,6 +47,10 @@ class Cap:
 
 def _spends(rows: list[dict[str, Any]]) -> list[tuple[float, float, Adjacency]]:
     return [(r["epsilon"], r["delta"], Adjacency(r["adjacency"])) for r in rows]
+
+
+def _notions(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    return [(r["notion"], r["gamma"]) for r in rows]
 
 
 class Ledger:
@@ -101,13 +106,31 @@ class Ledger:
         """Composition of every reserved or spent entry of ``dataset`` at ``unit``."""
         rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
         return compose(
-            _spends(rows), unit, authors_are_documents=self.authors_are_documents(dataset)
+            _spends(rows),
+            unit,
+            authors_are_documents=self.authors_are_documents(dataset),
+            notions=_notions(rows),
         )
 
-    def reserve(self, dataset: str, run_id: str, plan: BudgetPlan) -> dict[str, str]:
-        """Atomically check the cap and reserve every stage of ``plan``; entry id per stage."""
+    def reserve(
+        self,
+        dataset: str,
+        run_id: str,
+        plan: BudgetPlan,
+        accounting: dict[str, dict] | None = None,
+    ) -> dict[str, str]:
+        """Atomically check the cap and reserve every stage of ``plan``; entry id per stage.
+
+        ``accounting`` maps a stage to its mechanism's guarantee record (notion, gamma,
+        accountant, DpEvent-like event), stored with the entry so that an audit can
+        recompute the stage's spend.
+        """
+        accounting = accounting or {}
         authors_are_documents = self.authors_are_documents(dataset)
         new = [(s.epsilon, s.delta, s.adjacency) for s in plan.stages]
+        new_notions = [
+            (s.notion, accounting.get(s.stage, {}).get("gamma", 0.0)) for s in plan.stages
+        ]
         ids = {s.stage: uuid.uuid4().hex for s in plan.stages}
         with self.catalog.transaction() as con:
             row = con.execute(
@@ -118,16 +141,20 @@ class Ledger:
             if row[0] is not None:
                 cap = Cap(row[0], row[1], Adjacency(row[2]))
                 active = con.execute(
-                    "SELECT epsilon, delta, adjacency FROM ledger WHERE dataset = ? AND state IN"
-                    " ('reserved', 'spent')",
+                    "SELECT epsilon, delta, adjacency, notion, gamma FROM ledger"
+                    " WHERE dataset = ? AND state IN ('reserved', 'spent')",
                     [dataset],
                 ).fetchall()
-                spent = [(e, d, Adjacency(a)) for e, d, a in active]
-                _check_cap(cap, spent, new, authors_are_documents)
+                spent = [(e, d, Adjacency(a)) for e, d, a, _, _ in active]
+                notions = [(n, g) for *_, n, g in active] + new_notions
+                _check_cap(cap, spent, new, authors_are_documents, notions)
             ts = now()
-            for s in plan.stages:
+            for s, (notion, gamma) in zip(plan.stages, new_notions, strict=True):
+                record = accounting.get(s.stage)
                 con.execute(
-                    "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?)",
+                    "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
+                    " epsilon, delta, state, note, created_at, updated_at, notion, gamma,"
+                    " accounting) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?, ?, ?, ?)",
                     [
                         ids[s.stage],
                         dataset,
@@ -139,6 +166,9 @@ class Ledger:
                         s.delta,
                         ts,
                         ts,
+                        notion,
+                        gamma,
+                        None if record is None else json.dumps(record),
                     ],
                 )
         return ids
@@ -170,8 +200,13 @@ def _check_cap(
     spent: list[tuple[float, float, Adjacency]],
     new: list[tuple[float, float, Adjacency]],
     authors_are_documents: bool,
+    notions: list[tuple[str, float]],
 ) -> None:
-    weaker = [a for _, _, a in new if a.rank > cap.unit.rank]
+    weaker = [
+        a
+        for _, _, a in new
+        if not converts_to(a, cap.unit, authors_are_documents=authors_are_documents)
+    ]
     if weaker:
         raise BudgetRefusedError(
             f"this run has a {weaker[0].value}-level stage ({weaker[0].relation}), but the "
@@ -181,7 +216,9 @@ def _check_cap(
             f"`fdptm budget --dataset NAME --cap EPS DELTA --unit {weaker[0].value}`"
         )
     before = compose(spent, cap.unit, authors_are_documents=authors_are_documents)
-    after = compose(spent + new, cap.unit, authors_are_documents=authors_are_documents)
+    after = compose(
+        spent + new, cap.unit, authors_are_documents=authors_are_documents, notions=notions
+    )
     over_eps = after.epsilon > cap.epsilon
     over_delta = after.delta > cap.delta
     if over_eps or over_delta:

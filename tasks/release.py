@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fdptm.errors import FdptmError
-from fdptm.mechanisms.lda import hdp_lda_params
+from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.mechanisms.set_union import set_union_params
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
@@ -38,15 +38,31 @@ TOP_WORDS = 10
 
 COVERS = {
     Adjacency.AUTHOR: "any two datasets that differ by one author with all of their documents",
+    Adjacency.AUTHOR_REPLACE: "any two datasets of the same number of documents that differ "
+    "in the documents of one author (each replaced by another document)",
     Adjacency.DOCUMENT: "any two datasets that differ by one document",
+    Adjacency.DOCUMENT_REPLACE: "any two datasets of the same number of documents that differ "
+    "in one document, replaced by another",
     Adjacency.WORD: "any two datasets whose preprocessed documents differ in one token, "
     "replaced by another token (same documents, same lengths)",
+}
+PRIVACY_UNIT = {
+    Adjacency.AUTHOR: "author",
+    Adjacency.AUTHOR_REPLACE: "author (replaced, not removed)",
+    Adjacency.DOCUMENT: "document",
+    Adjacency.DOCUMENT_REPLACE: "document (replaced, not removed)",
+    Adjacency.WORD: "token",
 }
 NOT_COVERED = {
     Adjacency.AUTHOR: "Authors are protected individually; information shared by many authors "
     "(the topics themselves) is what the release is for.",
+    Adjacency.AUTHOR_REPLACE: "The number of documents is not protected (replace-one "
+    "adjacency keeps it fixed); what one author wrote is, as long as the author is "
+    "replaced by someone else rather than removed.",
     Adjacency.DOCUMENT: "When one person wrote several documents, each document is protected, "
     "the person only by group privacy (k documents: k times epsilon).",
+    Adjacency.DOCUMENT_REPLACE: "The number of documents is not protected (replace-one "
+    "adjacency keeps it fixed), and a person with several documents only by group privacy.",
     Adjacency.WORD: "Only single preprocessed tokens are protected. Whether a document or an "
     "author is in the dataset is NOT protected at all (that changes the number of tokens and "
     "documents, which word-level adjacency does not cover): membership inference on documents "
@@ -67,7 +83,8 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
     catalog = Catalog(workspace)
     ledger = Ledger(catalog)
     entries = catalog.query(
-        "SELECT stage, adjacency, epsilon, delta, state FROM ledger WHERE run_id = ?",
+        "SELECT stage, adjacency, epsilon, delta, state, notion, gamma FROM ledger"
+        " WHERE run_id = ?",
         [spec.run_id],
     )
     spent = [e for e in entries if e["state"] == "spent"]
@@ -75,18 +92,21 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
         raise FdptmError(f"run {spec.run_id}: both DP stages must have spent before release")
     authors_are_documents = ledger.authors_are_documents(spec.dataset)
     spends = [(e["epsilon"], e["delta"], Adjacency(e["adjacency"])) for e in spent]
-    guarantee = compose(spends, authors_are_documents=authors_are_documents)
+    guarantee = compose(
+        spends,
+        authors_are_documents=authors_are_documents,
+        notions=[(e["notion"], e["gamma"]) for e in spent],
+    )
     m1 = plan.stage("vocabulary")
     m2 = plan.stage("train")
+    m2_params = spec.m2_params(m2.epsilon, m2.delta, ledger.default_unit(spec.dataset))
+    m2_guarantee = spec.m2.guarantee(m2_params)
     su = set_union_params(
         spec.set_union_policy,
         m1.epsilon,
         m1.delta,
         alpha=spec.set_union_alpha,
         max_items=spec.max_items_per_author,
-    )
-    hdp = hdp_lda_params(
-        m2.epsilon, spec.iterations, clip=spec.hdp_clip, inherent_fraction=spec.inherent_fraction
     )
     batches = run_batches(spec)
     return {
@@ -95,12 +115,16 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
         "dataset": spec.dataset,
         "released_at": now().isoformat(),
         "guarantee": {
-            "notion": "(epsilon, delta)-differential privacy",
+            "notion": guarantee.notion,
+            "statement": describe(
+                guarantee.notion, guarantee.epsilon, guarantee.delta, guarantee.gamma
+            ),
             "epsilon": guarantee.epsilon,
             "delta": guarantee.delta,
+            "gamma": guarantee.gamma,
             "adjacency": guarantee.unit.value,
             "neighbouring_datasets": COVERS[guarantee.unit],
-            "privacy_unit": "token" if guarantee.unit == Adjacency.WORD else guarantee.unit.value,
+            "privacy_unit": PRIVACY_UNIT[guarantee.unit],
             "dataset_unit": ledger.default_unit(spec.dataset).value,
             "accountant": guarantee.accountant,
             "conversions": [
@@ -128,6 +152,7 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
                 "delta": m1.delta,
                 "contributes_epsilon": m1.release_epsilon,
                 "contributes_delta": m1.release_delta,
+                "notion": m1.notion,
                 "parameters": su.to_dict(),
                 "reference": "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020",
             },
@@ -140,8 +165,14 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
                 "delta": m2.delta,
                 "contributes_epsilon": m2.release_epsilon,
                 "contributes_delta": m2.release_delta,
-                "parameters": {**hdp.to_dict(), "alpha": spec.lda_alpha, "topics": spec.topics},
-                "reference": "Zhao et al., HDP-LDA, Algorithm 1 and Theorem 3",
+                "notion": m2_guarantee.notion,
+                "accounting": m2_guarantee.to_dict(),
+                "parameters": {
+                    **m2_params.to_dict(),
+                    "topics": spec.topics,
+                    "options": spec.m2_options,
+                },
+                "reference": spec.m2.summary,
             },
         ],
         "noise": NoiseSource.create(spec.seed).describe(),
@@ -212,6 +243,9 @@ def _validate(words: list[str], phi: np.ndarray, manifest: dict, plan: BudgetPla
     problems = [f"vocabulary row {i}: {r}" for i, rs in vocab_problems.items() for r in rs]
     problems += [f"topic-word matrix: {r}" for r in matrix_problems]
     g = manifest["guarantee"]
+    notion, _ = combine_notions([(s.notion, 0.0) for s in plan.stages])
+    if g["notion"] != notion:
+        problems.append(f"manifest notion {g['notion']} differs from the plan's {notion}")
     if not (
         math.isclose(g["epsilon"], plan.epsilon, rel_tol=1e-9)
         and math.isclose(g["delta"], plan.delta, rel_tol=1e-9)

@@ -23,13 +23,15 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fdptm.errors import BadInputError, BudgetRefusedError
-from fdptm.mechanisms.set_union import POLICIES
+from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
+from fdptm.mechanisms.registry import mechanism
+from fdptm.mechanisms.set_union import POLICIES, set_union_params
 from fdptm.privacy.accountant import BudgetPlan, check_delta, check_epsilon, plan_budget
 from fdptm.privacy.adjacency import Adjacency, weakest
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger, remaining
 from fdptm.storage.workspace import Workspace, check_name
-from fdptm.tasks.spec import M2_MECHANISMS, RunSpec
+from fdptm.tasks.spec import RunSpec
 from fdptm.version import code_version
 
 T = TypeVar("T")
@@ -45,10 +47,16 @@ def validate(spec: RunSpec) -> None:
     check_name(spec.dataset)
     check_epsilon(spec.epsilon)
     check_delta(spec.delta)
-    if spec.mechanism not in M2_MECHANISMS:
+    m2 = mechanism(spec.mechanism)
+    if m2.notion == CLAIMED_UNPROVEN and not spec.allow_unproven:
         raise BadInputError(
-            f"unknown M2 mechanism {spec.mechanism!r}; available: {sorted(M2_MECHANISMS)}"
+            f"{spec.mechanism!r} claims DP in its paper, but the claim does not hold for its "
+            "output (the sampler's own leakage is not covered; README, 'M2 mechanisms'). "
+            "Compare it internally with `fdptm compare`, or pass --allow-unproven to release "
+            "it with a manifest that says the guarantee is unproven."
         )
+    if not isinstance(spec.m2_options, dict):
+        raise BadInputError(f"m2_options must be a mapping, got {spec.m2_options!r}")
     if spec.set_union_policy not in POLICIES:
         raise BadInputError(f"unknown set-union policy {spec.set_union_policy!r}: {POLICIES}")
     if spec.releases_left is not None and (
@@ -61,14 +69,12 @@ def validate(spec: RunSpec) -> None:
             raise BadInputError(f"{name} must be an integer >= 1, got {value!r}")
     if not 0 < spec.m1_fraction < 1:
         raise BadInputError(f"m1_fraction must be in (0, 1), got {spec.m1_fraction}")
-    for name in ("lda_alpha", "lda_beta", "hdp_clip", "set_union_alpha"):
+    for name in ("lda_alpha", "lda_beta", "set_union_alpha"):
         value = getattr(spec, name)
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
             raise BadInputError(f"{name} must be a finite number > 0, got {value!r}")
     if spec.seed is not None and not (isinstance(spec.seed, int) and 0 <= spec.seed < 2**63):
         raise BadInputError(f"seed must be an integer in [0, 2**63), got {spec.seed!r}")
-    if not 0 < spec.inherent_fraction < 1:
-        raise BadInputError(f"inherent_fraction must be in (0, 1), got {spec.inherent_fraction}")
 
 
 def prepare(spec: RunSpec) -> tuple[RunSpec, BudgetPlan]:
@@ -86,27 +92,54 @@ def prepare(spec: RunSpec) -> tuple[RunSpec, BudgetPlan]:
     if not batches:
         raise BadInputError(f"dataset {spec.dataset!r} has no batches; ingest data first")
     ledger = Ledger(catalog)
-    m1_adjacency = (
-        Adjacency.DOCUMENT if ledger.authors_are_documents(spec.dataset) else Adjacency.AUTHOR
-    )
+    docs_are_units = ledger.authors_are_documents(spec.dataset)
+    m1_adjacency = Adjacency.DOCUMENT if docs_are_units else Adjacency.AUTHOR
     specs = spec.stage_specs(m1_adjacency)
     if spec.releases_left is not None:
-        spec = share_remaining(spec, ledger, weakest([s.adjacency for s in specs]))
+        unit = weakest([s.adjacency for s in specs], authors_are_documents=docs_are_units)
+        spec = share_remaining(spec, ledger, unit)
     plan = plan_budget(
         spec.epsilon,
         spec.delta,
         specs,
-        authors_are_documents=ledger.authors_are_documents(spec.dataset),
+        authors_are_documents=docs_are_units,
     )
+    guarantee = check_parameters(spec, plan, ledger.default_unit(spec.dataset))
     bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
     spec = replace(spec, bounding_seed=bounding_seed, batches=batches)
     catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())
     try:
-        ledger.reserve(spec.dataset, spec.run_id, plan)
+        ledger.reserve(spec.dataset, spec.run_id, plan, {"train": guarantee.to_dict()})
     except BaseException as exc:
         catalog.finish_run(spec.run_id, "refused", str(exc))
         raise
     return spec, plan
+
+
+def check_parameters(spec: RunSpec, plan: BudgetPlan, unit: Adjacency) -> Guarantee:
+    """Calibrate M1 and M2 on the plan (BadInputError on bad parameters, before any budget
+    is reserved) and check M2's stated guarantee fits its share; returns that guarantee."""
+    m1 = plan.stage("vocabulary")
+    set_union_params(
+        spec.set_union_policy,
+        m1.epsilon,
+        m1.delta,
+        alpha=spec.set_union_alpha,
+        max_items=spec.max_items_per_author,
+    )
+    m2 = plan.stage("train")
+    guarantee = spec.m2.guarantee(spec.m2_params(m2.epsilon, m2.delta, unit))
+    if (
+        guarantee.adjacency != m2.adjacency
+        or guarantee.epsilon > m2.epsilon * (1 + 1e-12)
+        or guarantee.delta > m2.delta * (1 + 1e-12)
+    ):
+        raise AssertionError(
+            f"{spec.mechanism} states ({guarantee.epsilon}, {guarantee.delta}) at "
+            f"{guarantee.adjacency.value}, its share is ({m2.epsilon}, {m2.delta}) at "
+            f"{m2.adjacency.value}"
+        )
+    return guarantee
 
 
 def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:

@@ -50,10 +50,17 @@ def corpus_of(sanitized: pa.Table, vocabulary_size: int) -> Corpus:
     lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
     doc_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=doc_ptr[1:])
-    return Corpus(doc_ptr, words, vocabulary_size + 1)
+    authors = pc.dictionary_encode(sanitized.column("author_id")).combine_chunks()
+    doc_author = authors.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    return Corpus(doc_ptr, words, vocabulary_size + 1, doc_author)
 
 
 def drop_oov(phi: np.ndarray) -> np.ndarray:
-    """Topic-word matrix without the reserved OOV column, rows renormalised."""
+    """Topic-word matrix without the reserved OOV column, rows renormalised.
+
+    A topic whose whole mass was on the OOV column becomes uniform (post-processing).
+    """
     kept = phi[:, :-1]
-    return kept / kept.sum(axis=1, keepdims=True)
+    sums = kept.sum(axis=1, keepdims=True)
+    uniform = np.full_like(kept, 1.0 / kept.shape[1])
+    return np.where(sums > 0, kept / np.where(sums > 0, sums, 1.0), uniform)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from fdptm.mechanisms.guarantee import APPROXIMATE_DP
+from fdptm.mechanisms.registry import Mechanism, mechanism
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 
-M2_MECHANISMS = {"hdp-lda": Adjacency.WORD}
 STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3}
 
 
@@ -34,8 +36,8 @@ class RunSpec:
     m1_fraction: float = 0.25
     lda_alpha: float = 1.0
     lda_beta: float = 0.01
-    hdp_clip: float = 1000.0
-    inherent_fraction: float = 0.8
+    m2_options: dict[str, Any] = field(default_factory=dict)
+    allow_unproven: bool = False
     baseline: bool = False
     releases_left: int | None = None
     batches: tuple[int, ...] = ()
@@ -46,24 +48,46 @@ class RunSpec:
     def root(self) -> Path:
         return Path(self.workspace)
 
-    def stage_specs(self, m1_adjacency: Adjacency) -> list[StageSpec]:
-        """M1 and M2 as the budget planner sees them."""
+    @property
+    def m2(self) -> Mechanism:
+        return mechanism(self.mechanism)
+
+    def stage_specs(self, unit: Adjacency) -> list[StageSpec]:
+        """M1 and M2 as the budget planner sees them, on a dataset whose unit is ``unit``."""
         return [
             StageSpec(
                 "vocabulary",
                 f"dp-set-union/{self.set_union_policy}",
-                m1_adjacency,
+                unit,
                 True,
                 self.m1_fraction,
+                APPROXIMATE_DP,
             ),
             StageSpec(
                 "train",
                 self.mechanism,
-                M2_MECHANISMS[self.mechanism],
-                False,
+                self.m2.adjacency_for(unit),
+                self.m2.uses_delta,
                 1.0 - self.m1_fraction,
+                self.m2.notion,
             ),
         ]
+
+    def m2_params(self, epsilon: float, delta: float, unit: Adjacency) -> Any:
+        """M2's calibrated parameters for its native budget, on a dataset of ``unit``.
+
+        A mechanism that does not use delta gets the run's delta as the delta at which it
+        reports its tighter accountant's total (reported only, never charged).
+        """
+        context = {
+            "n_topics": self.topics,
+            "adjacency": unit,
+            "max_docs_per_author": self.bounds.max_docs_per_author,
+            "max_tokens_per_doc": self.bounds.max_tokens_per_doc,
+            "iterations": self.iterations,
+        }
+        used_delta = delta if self.m2.uses_delta else self.delta
+        return self.m2.params(epsilon, used_delta, context, self.m2_options)
 
     def to_dict(self) -> dict:
         d = asdict(self)

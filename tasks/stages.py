@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from fdptm.errors import BadInputError
-from fdptm.mechanisms.lda import hdp_lda_params, train_cgs, train_hdp_lda
+from fdptm.mechanisms.lda import train_cgs
 from fdptm.mechanisms.set_union import set_union_params
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import read_parquet, write_parquet
@@ -155,19 +155,23 @@ def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
     return _save(spec, "sanitize", "sanitized_tokens", table, "internal")
 
 
-def train(spec: RunSpec, san: dict, vocab: dict, epsilon: float, progress: Progress = None) -> dict:
-    """M2: HDP-LDA at epsilon (word level); the topic-word matrix is a DP output."""
+def train(
+    spec: RunSpec,
+    san: dict,
+    vocab: dict,
+    epsilon: float,
+    delta: float,
+    progress: Progress = None,
+) -> dict:
+    """M2: the run's mechanism at its native (epsilon, delta); the matrix is a DP output."""
+    _, catalog = _env(spec)
     n_words = _load(spec, vocab).num_rows
-    params = hdp_lda_params(
-        epsilon, spec.iterations, clip=spec.hdp_clip, inherent_fraction=spec.inherent_fraction
-    )
+    params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"])
     with charged(spec, "train") as touch:
         touch()
         corpus = corpus_of(_load(spec, san), n_words)
-        phi = train_hdp_lda(
-            corpus, spec.topics, params, noise, alpha=spec.lda_alpha, progress=progress
-        )
+        phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)
     return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
 
 

@@ -125,3 +125,55 @@ def hdp_sweep(doc_ptr, words, z, n_dk, n_wk, weights, alpha, uniforms):
             n_dk[d, new] += 1
             n_wk[w, old] -= 1
             n_wk[w, new] += 1
+
+
+@njit(cache=True)
+def noisy_sweep(doc_ptr, words, z, n_dk, n_wk, n_k, eta_dk, eta_wk, alpha, beta, uniforms):
+    """One CGS sweep whose conditional reads Laplace-perturbed counts (Zhu; CDP-LDA/+).
+
+    p(z_i = k) is proportional to
+    (max(n_wk + eta_wk, 0) + beta) / (sum_w max(n_wk + eta_wk, 0) + V beta)
+    * (max(n_dk + eta_dk, 0) + alpha), counts excluding token i, which is the collapsed
+    conditional of Griffiths & Steyvers evaluated at the noisy counts. Negative noisy counts
+    are floored at 0 factor by factor, so every topic keeps a positive probability
+    (beta, alpha > 0). Min-max normalising the conditional instead, as the FDPTM authors'
+    reference code does, sets the least likely topic's probability to exactly 0, which
+    neither the sampler nor the privacy argument allows. ``n_k`` tracks the true topic totals
+    and the noisy totals are kept in step with it as tokens move.
+    """
+    n_words, n_topics = n_wk.shape
+    vbeta = n_words * beta
+    noisy_total = np.zeros(n_topics)
+    for w in range(n_words):
+        for k in range(n_topics):
+            s = n_wk[w, k] + eta_wk[w, k]
+            if s > 0.0:
+                noisy_total[k] += s
+    p = np.empty(n_topics)
+    for d in range(doc_ptr.shape[0] - 1):
+        for i in range(doc_ptr[d], doc_ptr[d + 1]):
+            w = words[i]
+            old = z[i]
+            _move(n_wk, eta_wk, noisy_total, w, old, -1)
+            n_dk[d, old] -= 1
+            n_k[old] -= 1
+            total = 0.0
+            for k in range(n_topics):
+                sw = n_wk[w, k] + eta_wk[w, k]
+                sd = n_dk[d, k] + eta_dk[d, k]
+                total += (max(sw, 0.0) + beta) / (noisy_total[k] + vbeta) * (max(sd, 0.0) + alpha)
+                p[k] = total
+            new = _draw(p, total, uniforms[i])
+            z[i] = new
+            n_dk[d, new] += 1
+            n_k[new] += 1
+            _move(n_wk, eta_wk, noisy_total, w, new, 1)
+
+
+@njit(cache=True, inline="always")
+def _move(n_wk, eta_wk, noisy_total, w, k, step):
+    """Change n_wk[w, k] by ``step`` and keep the floored noisy topic total in step."""
+    before = n_wk[w, k] + eta_wk[w, k]
+    n_wk[w, k] += step
+    after = before + step
+    noisy_total[k] += max(after, 0.0) - max(before, 0.0)

@@ -28,17 +28,25 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
-from fdptm.privacy.accountant import check_epsilon
+from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
+from fdptm.privacy import events
+from fdptm.privacy.accountant import check_delta, check_epsilon
+from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents as flat token arrays: document d owns words[doc_ptr[d]:doc_ptr[d+1]]."""
+    """Documents as flat token arrays: document d owns words[doc_ptr[d]:doc_ptr[d+1]].
+
+    ``doc_author[d]`` is the author code (0..A-1) of document d, for author-level mechanisms;
+    word-level ones ignore it.
+    """
 
     doc_ptr: np.ndarray
     words: np.ndarray
     n_words: int
+    doc_author: np.ndarray | None = None
 
     @property
     def n_docs(self) -> int:
@@ -61,13 +69,46 @@ class HdpLdaParams:
     clip: float
     beta: float
     laplace_scale: float
+    alpha: float = 1.0
+    reporting_delta: float = 1e-5
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def guarantee(self) -> Guarantee:
+        """Word-level pure epsilon-DP by basic composition (Theorem 3 over T iterations plus
+        the final Laplace release), and the zCDP/RDP total of the same steps at
+        ``reporting_delta`` for comparison: every iteration is (eps_L + eps_I)-DP and the
+        final release eps_L-DP, and each eps-DP step is (eps^2/2)-zCDP."""
+        event = events.composed(
+            events.self_composed(events.pure(self.epsilon_per_iteration), self.iterations),
+            events.laplace(self.laplace_scale / 2.0),
+        )
+        tight = events.epsilon_of(event, self.reporting_delta, "rdp")
+        return Guarantee(
+            notion=APPROXIMATE_DP,
+            adjacency=Adjacency.WORD,
+            epsilon=hdp_lda_epsilon(self),
+            delta=0.0,
+            accountant=(
+                f"basic composition of {self.iterations} iterations (Theorem 3) and the final "
+                f"Laplace release (charged); RDP of the same steps gives epsilon "
+                f"{tight:.6g} at delta {self.reporting_delta:g} (reported only)"
+            ),
+            basic_epsilon=hdp_lda_epsilon(self),
+            basic_delta=0.0,
+            event=event,
+        )
+
 
 def hdp_lda_params(
-    epsilon: float, iterations: int, *, clip: float = 1000.0, inherent_fraction: float = 0.8
+    epsilon: float,
+    iterations: int,
+    *,
+    clip: float = 1000.0,
+    inherent_fraction: float = 0.8,
+    alpha: float = 1.0,
+    reporting_delta: float = 1e-5,
 ) -> HdpLdaParams:
     """Split epsilon over T iterations and the final release, and between noise and clipping.
 
@@ -89,8 +130,11 @@ def hdp_lda_params(
         raise BadInputError(f"iterations must be >= 1, got {iterations}")
     if not 0 < inherent_fraction < 1:
         raise BadInputError(f"inherent_fraction must be in (0, 1), got {inherent_fraction}")
-    if not (math.isfinite(clip) and clip > 0):
+    if not (isinstance(clip, int | float) and math.isfinite(clip) and clip > 0):
         raise BadInputError(f"the clipping bound C must be a finite number > 0, got {clip}")
+    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha > 0):
+        raise BadInputError(f"alpha must be a finite number > 0, got {alpha}")
+    check_delta(reporting_delta, "reporting delta")
     per_iteration = epsilon / (iterations + 1 - inherent_fraction)
     eps_inherent = inherent_fraction * per_iteration
     eps_laplace = per_iteration - eps_inherent
@@ -108,6 +152,29 @@ def hdp_lda_params(
         clip,
         beta,
         2.0 / eps_laplace,
+        float(alpha),
+        reporting_delta,
+    )
+
+
+def hdp_lda_params_for_run(
+    epsilon: float,
+    delta: float,
+    *,
+    iterations: int,
+    clip: float = 1000.0,
+    inherent_fraction: float = 0.8,
+    alpha: float = 1.0,
+) -> HdpLdaParams:
+    """``hdp_lda_params`` in the registry's calling convention (``delta`` is only the delta
+    at which the tighter RDP total is reported; HDP-LDA itself is pure epsilon-DP)."""
+    return hdp_lda_params(
+        epsilon,
+        iterations,
+        clip=clip,
+        inherent_fraction=inherent_fraction,
+        alpha=alpha,
+        reporting_delta=delta,
     )
 
 
@@ -127,7 +194,8 @@ def _check(corpus: Corpus, n_topics: int) -> None:
         raise BadInputError("the corpus has no tokens left to train on")
 
 
-def _init(corpus: Corpus, n_topics: int, gen: np.random.Generator):
+def init_counts(corpus: Corpus, n_topics: int, gen: np.random.Generator):
+    """Uniformly random topic assignments and the counts (z, n_dk, n_wk, n_k) they give."""
     z = gen.integers(0, n_topics, corpus.n_tokens).astype(np.int32)
     n_dk = np.zeros((corpus.n_docs, n_topics), dtype=np.int32)
     n_wk = np.zeros((corpus.n_words, n_topics), dtype=np.int32)
@@ -149,7 +217,7 @@ def train_cgs(
     """Non-private collapsed Gibbs sampling; returns phi (topics x words). NOT DP."""
     _check(corpus, n_topics)
     gen = noise.generator
-    z, n_dk, n_wk, n_k = _init(corpus, n_topics, gen)
+    z, n_dk, n_wk, n_k = init_counts(corpus, n_topics, gen)
     uniforms = np.empty(corpus.n_tokens)
     for _ in range(iterations):
         gen.random(out=uniforms)
@@ -166,13 +234,12 @@ def train_hdp_lda(
     params: HdpLdaParams,
     noise: NoiseSource,
     *,
-    alpha: float = 1.0,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """HDP-LDA (Algorithm 1) and a final sanitization; returns the DP phi (topics x words)."""
     _check(corpus, n_topics)
     gen = noise.generator
-    z, n_dk, n_wk, _ = _init(corpus, n_topics, gen)
+    z, n_dk, n_wk, _ = init_counts(corpus, n_topics, gen)
     uniforms = np.empty(corpus.n_tokens)
     sanitized = np.empty((corpus.n_words, n_topics))
     weights = np.empty((corpus.n_words, n_topics))
@@ -180,7 +247,9 @@ def train_hdp_lda(
         eta = noise.laplace(params.laplace_scale, (corpus.n_words, n_topics))
         gibbs.hdp_weights(n_wk, eta, params.clip, params.beta, sanitized, weights)
         gen.random(out=uniforms)
-        gibbs.hdp_sweep(corpus.doc_ptr, corpus.words, z, n_dk, n_wk, weights, alpha, uniforms)
+        gibbs.hdp_sweep(
+            corpus.doc_ptr, corpus.words, z, n_dk, n_wk, weights, params.alpha, uniforms
+        )
         if progress:
             progress(1)
     final = n_wk + noise.laplace(params.laplace_scale, (corpus.n_words, n_topics))

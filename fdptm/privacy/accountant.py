@@ -21,6 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from fdptm.errors import BadInputError
+from fdptm.mechanisms.guarantee import APPROXIMATE_DP, RANDOM_DP, combine_notions
 from fdptm.privacy.adjacency import Adjacency, Conversion, convert, invert_group_of_two, weakest
 
 BASIC_COMPOSITION = "basic composition (FDPTM Theorem 4.1; Dwork & Roth Theorem 3.16)"
@@ -55,6 +56,7 @@ class StageBudget:
     release_epsilon: float
     release_delta: float
     conversion: str
+    notion: str = APPROXIMATE_DP
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -89,6 +91,7 @@ class StageSpec:
     adjacency: Adjacency
     uses_delta: bool
     epsilon_fraction: float
+    notion: str = APPROXIMATE_DP
 
 
 def plan_budget(
@@ -116,7 +119,7 @@ def plan_budget(
             "the budget split must give every stage a fraction strictly between 0 and 1 "
             f"summing to 1, got {[s.epsilon_fraction for s in specs]}"
         )
-    unit = weakest([s.adjacency for s in specs])
+    unit = weakest([s.adjacency for s in specs], authors_are_documents=authors_are_documents)
     delta_weight = sum(s.epsilon_fraction for s in specs if s.uses_delta)
     stages = []
     for spec in specs:
@@ -125,6 +128,12 @@ def plan_budget(
         forward = convert(
             1.0, 0.0, spec.adjacency, unit, authors_are_documents=authors_are_documents
         )
+        if spec.notion == RANDOM_DP and forward.group_size != 1:
+            raise BadInputError(
+                f"{spec.mechanism} is random DP at {spec.adjacency.value} level and the "
+                f"release would be at {unit.value} level; random DP is not converted between "
+                "adjacencies. Use a mechanism with plain DP."
+            )
         if forward.group_size == 1:
             eps_native, delta_native = eps_share, delta_share
         else:
@@ -139,6 +148,7 @@ def plan_budget(
                 release_epsilon=eps_share,
                 release_delta=delta_share,
                 conversion=forward.reason,
+                notion=spec.notion,
             )
         )
     policy = ", ".join(f"{s.stage} {s.epsilon_fraction:.0%} of epsilon" for s in specs)
@@ -154,6 +164,8 @@ class Composition:
     unit: Adjacency
     conversions: list[Conversion]
     accountant: str = BASIC_COMPOSITION
+    notion: str = APPROXIMATE_DP
+    gamma: float = 0.0
 
 
 def compose(
@@ -161,20 +173,39 @@ def compose(
     unit: Adjacency | None = None,
     *,
     authors_are_documents: bool,
+    notions: list[tuple[str, float]] | None = None,
 ) -> Composition:
     """Basic composition of (epsilon, delta, adjacency) spends at ``unit``.
+
+    ``notions`` gives each spend's (notion, gamma) when not all are plain approximate DP;
+    the composition's notion is ``combine_notions`` of them. A random-DP spend is never
+    converted to another adjacency (group privacy for random DP is not established here).
 
     ``unit`` defaults to the weakest adjacency among the spends. A spend whose adjacency is
     weaker than ``unit`` cannot be stated there and raises ValueError.
     """
     if unit is None:
-        unit = weakest([a for _, _, a in spends]) if spends else Adjacency.AUTHOR
+        unit = (
+            weakest([a for _, _, a in spends], authors_are_documents=authors_are_documents)
+            if spends
+            else Adjacency.AUTHOR
+        )
+    notions = notions or [(APPROXIMATE_DP, 0.0)] * len(spends)
     conversions = [
         convert(e, d, a, unit, authors_are_documents=authors_are_documents) for e, d, a in spends
     ]
+    for c, (notion, _) in zip(conversions, notions, strict=True):
+        if notion == RANDOM_DP and c.group_size != 1:
+            raise ValueError(
+                f"a random-DP spend at {c.source.value} level cannot be restated at "
+                f"{c.target.value} level"
+            )
+    notion, gamma = combine_notions(notions)
     return Composition(
         epsilon=math.fsum(c.epsilon_out for c in conversions),
         delta=math.fsum(c.delta_out for c in conversions),
         unit=unit,
         conversions=conversions,
+        notion=notion,
+        gamma=gamma,
     )

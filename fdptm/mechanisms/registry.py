@@ -1,0 +1,226 @@
+"""The M2 mechanisms a run can use (``--mechanism NAME``) and how each is called.
+
+Every mechanism module follows one contract: ``<name>_params(epsilon, delta, *, ...)``
+validates public parameters and calibrates the noise (raising ``BadInputError``, before any
+private data is read), its result has ``to_dict()`` and ``guarantee()``, and
+``train_<name>(corpus, n_topics, params, noise, *, progress)`` returns the DP topic-word
+matrix. The registry adds what the pipeline needs to plan a run: the notion of privacy, the
+adjacency the guarantee holds for on a dataset of a given unit, and whether the mechanism
+uses delta. Mechanism options (``--m2-option key=value``) are the keyword parameters of the
+params function that the pipeline does not fill in itself; unknown options are refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fdptm.errors import BadInputError
+from fdptm.mechanisms.guarantee import (
+    APPROXIMATE_DP,
+    CLAIMED_UNPROVEN,
+    RANDOM_DP,
+    Guarantee,
+)
+from fdptm.privacy.adjacency import Adjacency
+
+CONTEXT = ("n_topics", "adjacency", "max_docs_per_author", "max_tokens_per_doc", "iterations")
+
+
+def _same_unit(unit: Adjacency) -> Adjacency:
+    return unit
+
+
+def _word(unit: Adjacency) -> Adjacency:
+    return Adjacency.WORD
+
+
+def _replace(unit: Adjacency) -> Adjacency:
+    return Adjacency.AUTHOR_REPLACE if unit == Adjacency.AUTHOR else Adjacency.DOCUMENT_REPLACE
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One M2 mechanism: what it guarantees, and where its params and trainer live."""
+
+    name: str
+    summary: str
+    notion: str
+    uses_delta: bool
+    adjacency_for: Callable[[Adjacency], Adjacency]
+    module: str
+    params_name: str
+    train_name: str
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def _fn(self, name: str) -> Callable[..., Any]:
+        return getattr(importlib.import_module(self.module), name)
+
+    def options(self) -> dict[str, Any]:
+        """The user-settable options and their defaults."""
+        sig = inspect.signature(self._fn(self.params_name))
+        return {
+            n: p.default
+            for n, p in sig.parameters.items()
+            if p.kind == p.KEYWORD_ONLY and n not in CONTEXT and n not in self.fixed
+        }
+
+    def params(
+        self, epsilon: float, delta: float, context: dict[str, Any], options: dict[str, Any]
+    ) -> Any:
+        """Validated, calibrated parameters; BadInputError names any unknown option."""
+        accepted = self.options()
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise BadInputError(
+                f"mechanism {self.name!r} has no option(s) {unknown}; its options are "
+                + (", ".join(f"{k} (default {v!r})" for k, v in accepted.items()) or "none")
+            )
+        fn = self._fn(self.params_name)
+        wanted = inspect.signature(fn).parameters
+        kwargs = {k: v for k, v in context.items() if k in wanted}
+        try:
+            return fn(epsilon, delta, **kwargs, **self.fixed, **options)
+        except TypeError as exc:
+            raise BadInputError(f"bad option for mechanism {self.name!r}: {exc}") from None
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(self.train_name)(*args, **kwargs)
+
+    def guarantee(self, params: Any) -> Guarantee:
+        g = params.guarantee()
+        if g.notion != self.notion:
+            raise AssertionError(f"{self.name} states {g.notion}, registered as {self.notion}")
+        return g
+
+
+MECHANISMS: dict[str, Mechanism] = {
+    m.name: m
+    for m in [
+        Mechanism(
+            "hdp-lda",
+            "CGS with Laplace noise and clipping every iteration (Zhao et al. Alg. 1)",
+            APPROXIMATE_DP,
+            False,
+            _word,
+            "fdptm.mechanisms.lda",
+            "hdp_lda_params_for_run",
+            "train_hdp_lda",
+        ),
+        Mechanism(
+            "zhu",
+            "CGS, Laplace noise on the counts in the last iteration (Zhu et al. 2016)",
+            CLAIMED_UNPROVEN,
+            False,
+            _same_unit,
+            "fdptm.mechanisms.noisy_cgs",
+            "noisy_cgs_params",
+            "train_noisy_cgs",
+            {"variant": "zhu"},
+        ),
+        Mechanism(
+            "cdp-lda",
+            "CGS, Laplace noise on the counts at the first iteration (CDP-LDA)",
+            CLAIMED_UNPROVEN,
+            False,
+            _word,
+            "fdptm.mechanisms.noisy_cgs",
+            "noisy_cgs_params",
+            "train_noisy_cgs",
+            {"variant": "cdp-lda"},
+        ),
+        Mechanism(
+            "cdp-lda-plus",
+            "CGS, Laplace noise on the counts in every iteration (CDP-LDA+)",
+            CLAIMED_UNPROVEN,
+            False,
+            _word,
+            "fdptm.mechanisms.noisy_cgs",
+            "noisy_cgs_params",
+            "train_noisy_cgs",
+            {"variant": "cdp-lda-plus"},
+        ),
+        Mechanism(
+            "spectral",
+            "DP spectral LDA: moments, whitening, tensor power method (DeCarolis et al.)",
+            APPROXIMATE_DP,
+            True,
+            _replace,
+            "fdptm.mechanisms.spectral",
+            "spectral_params",
+            "train_spectral",
+        ),
+        Mechanism(
+            "topicdp",
+            "output perturbation with sampled sensitivity, Gaussian (TopicDP Alg. 1-2)",
+            RANDOM_DP,
+            True,
+            _same_unit,
+            "fdptm.mechanisms.topicdp",
+            "topicdp_params",
+            "train_topicdp",
+            {"variant": "gaussian"},
+        ),
+        Mechanism(
+            "topicdp-laplace",
+            "output perturbation with Laplace noise at global sensitivity (TopicDP ch. 5)",
+            APPROXIMATE_DP,
+            False,
+            _same_unit,
+            "fdptm.mechanisms.topicdp",
+            "topicdp_params",
+            "train_topicdp",
+            {"variant": "laplace"},
+        ),
+        Mechanism(
+            "topicdp-mvg",
+            "output perturbation with the matrix-variate Gaussian mechanism (TopicDP ch. 5)",
+            RANDOM_DP,
+            True,
+            _same_unit,
+            "fdptm.mechanisms.topicdp",
+            "topicdp_params",
+            "train_topicdp",
+            {"variant": "mvg"},
+        ),
+        Mechanism(
+            "dp-vi",
+            "variational LDA, per-author clipped statistics + Gaussian noise, RDP/PLD",
+            APPROXIMATE_DP,
+            True,
+            _same_unit,
+            "fdptm.mechanisms.dp_vi",
+            "dp_vi_params",
+            "train_dp_vi",
+        ),
+    ]
+}
+
+
+def mechanism(name: str) -> Mechanism:
+    """The registered mechanism ``name``; BadInputError lists the available ones."""
+    try:
+        return MECHANISMS[name]
+    except KeyError:
+        raise BadInputError(
+            f"unknown M2 mechanism {name!r}; available: {', '.join(MECHANISMS)}"
+        ) from None
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``key=value`` with the value read as bool, int, float or string, in that order."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise BadInputError(f"a mechanism option is key=value, got {text!r}")
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return key, lowered == "true"
+    for cast in (int, float):
+        try:
+            return key, cast(raw)
+        except ValueError:
+            pass
+    return key, raw
