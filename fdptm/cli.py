@@ -124,6 +124,28 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--no-progress", action="store_true")
     workspace(rel)
 
+    cmp = sub.add_parser(
+        "compare",
+        help="train several M2 mechanisms at one budget and score them (internal, not DP)",
+    )
+    cmp.add_argument("--dataset", required=True)
+    cmp.add_argument("--epsilon", type=_positive_float, required=True)
+    cmp.add_argument("--delta", type=_positive_float, required=True)
+    cmp.add_argument("--topics", type=int, required=True)
+    cmp.add_argument(
+        "--mechanisms",
+        required=True,
+        help=f"comma-separated, from: {','.join(MECHANISMS)}",
+    )
+    cmp.add_argument("--iterations", type=int, default=100)
+    cmp.add_argument("--m1-fraction", type=float, default=0.25)
+    cmp.add_argument("--holdout", type=float, default=0.1, help="share of held-out documents")
+    cmp.add_argument("--seed", type=int)
+    cmp.add_argument("--max-docs-per-author", type=int, default=100)
+    cmp.add_argument("--max-tokens-per-doc", type=int, default=1000)
+    cmp.add_argument("--no-progress", action="store_true")
+    workspace(cmp)
+
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -151,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             "demo": cmd_demo,
             "ingest": cmd_ingest,
             "release": cmd_release,
+            "compare": cmd_compare,
             "budget": cmd_budget,
         }[args.command](args)
     except FdptmError as exc:
@@ -239,6 +262,36 @@ def _print_release(outcome: dict) -> None:
     print(f"guarantee: {outcome['statement']}, {outcome['adjacency']}-level adjacency")
     for i, words in enumerate(outcome["top_words"]):
         print(f"  topic {i}: {' '.join(words)}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from fdptm.flows.compare import compare_flow
+
+    names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MECHANISMS]
+    if unknown:
+        raise BadInputError(f"unknown mechanism(s) {unknown}; available: {', '.join(MECHANISMS)}")
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        result = compare_flow(
+            dataset=args.dataset,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            topics=args.topics,
+            mechanisms=names,
+            iterations=args.iterations,
+            seed=args.seed,
+            workspace=args.workspace,
+            m1_fraction=args.m1_fraction,
+            holdout=args.holdout,
+            max_docs_per_author=args.max_docs_per_author,
+            max_tokens_per_doc=args.max_tokens_per_doc,
+            show_progress=not args.no_progress,
+        )
+    print(result["markdown"])
+    print(f"written to {result['path']} (internal: not DP, do not publish)")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ def _save(spec: RunSpec, stage: str, name: str, table: pa.Table, visibility: str
     return catalog.artifact(key)
 
 
-def _load(spec: RunSpec, artifact: dict) -> pa.Table:
+def load(spec: RunSpec, artifact: dict) -> pa.Table:
     workspace, _ = _env(spec)
     return read_parquet(workspace.root / artifact["path"], artifact["sha256"])
 
@@ -134,13 +134,13 @@ def vocabulary(spec: RunSpec, bounded: dict, epsilon: float, delta: float) -> di
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     with charged(spec, "vocabulary") as touch:
         touch()
-        words = select_vocabulary(_load(spec, bounded), params, noise)
+        words = select_vocabulary(load(spec, bounded), params, noise)
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
 
 
 def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
     """SAN: words outside the DP vocabulary become the OOV id (internal artifact)."""
-    words = _load(spec, vocab).column("word").to_pylist()
+    words = load(spec, vocab).column("word").to_pylist()
     if not words:
         raise BadInputError(
             "DP vocabulary selection released no word, so there is nothing to train on; "
@@ -151,7 +151,7 @@ def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
             f"the DP vocabulary has {len(words)} words, fewer than the {spec.topics} topics "
             "asked for; M1's budget is spent and M2 did not run. Ask for fewer topics."
         )
-    table = sanitize(_load(spec, bounded), words)
+    table = sanitize(load(spec, bounded), words)
     return _save(spec, "sanitize", "sanitized_tokens", table, "internal")
 
 
@@ -165,20 +165,20 @@ def train(
 ) -> dict:
     """M2: the run's mechanism at its native (epsilon, delta); the matrix is a DP output."""
     _, catalog = _env(spec)
-    n_words = _load(spec, vocab).num_rows
+    n_words = load(spec, vocab).num_rows
     params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"])
     with charged(spec, "train") as touch:
         touch()
-        corpus = corpus_of(_load(spec, san), n_words)
+        corpus = corpus_of(load(spec, san), n_words)
         phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)
     return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
 
 
 def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
     """Non-private CGS on the same sanitized corpus: an internal baseline, NOT DP."""
-    n_words = _load(spec, vocab).num_rows
-    corpus = corpus_of(_load(spec, san), n_words)
+    n_words = load(spec, vocab).num_rows
+    corpus = corpus_of(load(spec, san), n_words)
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["baseline"])
     phi = train_cgs(
         corpus,

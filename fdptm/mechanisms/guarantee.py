@@ -101,3 +101,12 @@ def describe(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> s
             "not cover the sampler's own leakage; NOT a differential-privacy guarantee"
         )
     return f"({epsilon:.6g}, {delta:.3g})-DP"
+
+
+def label(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> str:
+    """``describe`` in a few words, for table cells."""
+    if notion == RANDOM_DP:
+        return f"({epsilon:.4g}, {delta:.2g}, {gamma:.2g})-random DP"
+    if notion == CLAIMED_UNPROVEN:
+        return f"unproven claim of ({epsilon:.4g}, {delta:.2g})-DP"
+    return f"({epsilon:.4g}, {delta:.2g})-DP"

@@ -113,10 +113,10 @@ def plan_budget(
     delta = check_delta(delta)
     total_fraction = sum(s.epsilon_fraction for s in specs)
     if not math.isclose(total_fraction, 1.0, rel_tol=1e-9) or any(
-        not 0 < s.epsilon_fraction < 1 for s in specs
+        not 0 < s.epsilon_fraction <= 1 for s in specs
     ):
         raise BadInputError(
-            "the budget split must give every stage a fraction strictly between 0 and 1 "
+            "the budget split must give every stage a fraction in (0, 1] "
             f"summing to 1, got {[s.epsilon_fraction for s in specs]}"
         )
     unit = weakest([s.adjacency for s in specs], authors_are_documents=authors_are_documents)
