@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     budget.add_argument(
         "--unit",
-        choices=["author", "document", "word"],
+        choices=["author", "author-replace", "document", "document-replace", "word"],
         help="adjacency the cap is stated at (default: the dataset's unit)",
     )
     budget.add_argument("--json", action="store_true")

@@ -190,7 +190,7 @@ def train_noisy_cgs(
     shapes = ((corpus.n_docs, n_topics), (corpus.n_words, n_topics))
 
     def draw() -> tuple[np.ndarray, np.ndarray]:
-        return tuple(noise.laplace(params.laplace_scale, shape) for shape in shapes)
+        return tuple(laplace_noise(params, noise, shape) for shape in shapes)
 
     eta_dk = eta_wk = None
     last = params.iterations - 1
@@ -231,9 +231,14 @@ def train_noisy_cgs(
         if progress:
             progress(1)
     if params.variant == "cdp-lda-plus":
-        eta_wk = noise.laplace(params.laplace_scale, shapes[1])
+        eta_wk = laplace_noise(params, noise, shapes[1])
     released = np.maximum(n_wk + eta_wk, 0.0).T + params.beta
     return released / released.sum(axis=1, keepdims=True)
+
+
+def laplace_noise(params: NoisyCgsParams, noise: NoiseSource, shape: tuple[int, int]):
+    """One perturbation: i.i.d. Laplace(sensitivity / epsilon_per_perturbation) per cell."""
+    return noise.laplace(params.laplace_scale, shape)
 
 
 def _perturbs(variant: str, t: int, last: int) -> bool:
