@@ -351,6 +351,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
             f"lifetime cap: epsilon={cap['epsilon']:g}, delta={cap['delta']:g} "
             f"({cap['unit']} level)"
         )
+        print(f"lifetime guarantee: {report['lifetime']['statement']}")
         print(
             f"spent or reserved: epsilon={report['lifetime']['epsilon']:.6g}, "
             f"delta={report['lifetime']['delta']:.6g}; remaining: "
@@ -364,25 +365,28 @@ def cmd_budget(args: argparse.Namespace) -> int:
             f"total at {unit} level: "
             + (
                 f"epsilon={total['epsilon']:.6g}, delta={total['delta']:.6g}"
+                + ("" if total["notion"] == "approximate-dp" else f" ({total['notion']})")
                 if total
                 else "not defined (some spend is only weaker-level DP)"
             )
         )
     if report["entries"]:
         print(
-            f"{'run':<40} {'stage':<11} {'mechanism':<28} {'adjacency':<9} "
-            f"{'epsilon':>10} {'delta':>10} state"
+            f"{'run':<40} {'stage':<11} {'mechanism':<28} {'adjacency':<16} "
+            f"{'notion':<16} {'epsilon':>10} {'delta':>10} state"
         )
         for e in report["entries"]:
             print(
                 f"{e['run_id']:<40} {e['stage']:<11} {e['mechanism']:<28} "
-                f"{e['adjacency']:<9} {e['epsilon']:>10.4g} {e['delta']:>10.3g} {e['state']}"
+                f"{e['adjacency']:<16} {e['notion']:<16} {e['epsilon']:>10.4g} "
+                f"{e['delta']:>10.3g} {e['state']}"
             )
     return 0
 
 
 def budget_report(ledger, dataset: str) -> dict:
     """The ledger view of one dataset, as plain data (for --json and the text view)."""
+    from fdptm.mechanisms.guarantee import describe
     from fdptm.privacy.adjacency import Adjacency
     from fdptm.storage.ledger import remaining
 
@@ -394,7 +398,12 @@ def budget_report(ledger, dataset: str) -> dict:
         except ValueError:
             totals[unit.value] = None
         else:
-            totals[unit.value] = {"epsilon": c.epsilon, "delta": c.delta}
+            totals[unit.value] = {
+                "epsilon": c.epsilon,
+                "delta": c.delta,
+                "notion": c.notion,
+                "gamma": c.gamma,
+            }
     report = {
         "dataset": dataset,
         "dataset_unit": ledger.default_unit(dataset).value,
@@ -408,8 +417,10 @@ def budget_report(ledger, dataset: str) -> dict:
                     "stage",
                     "mechanism",
                     "adjacency",
+                    "notion",
                     "epsilon",
                     "delta",
+                    "gamma",
                     "state",
                     "note",
                     "created_at",
@@ -422,7 +433,13 @@ def budget_report(ledger, dataset: str) -> dict:
         life = ledger.lifetime(dataset, cap.unit)
         eps_left, delta_left = remaining(cap, life)
         report["cap"] = {"epsilon": cap.epsilon, "delta": cap.delta, "unit": cap.unit.value}
-        report["lifetime"] = {"epsilon": life.epsilon, "delta": life.delta}
+        report["lifetime"] = {
+            "epsilon": life.epsilon,
+            "delta": life.delta,
+            "notion": life.notion,
+            "gamma": life.gamma,
+            "statement": describe(life.notion, life.epsilon, life.delta, life.gamma),
+        }
         report["remaining"] = {"epsilon": eps_left, "delta": delta_left}
     return report
 

@@ -7,8 +7,23 @@ import math
 import pytest
 
 from fdptm.errors import BadInputError
+from fdptm.mechanisms.guarantee import (
+    APPROXIMATE_DP,
+    CLAIMED_UNPROVEN,
+    RANDOM_DP,
+    combine_notions,
+    describe,
+)
 from fdptm.privacy.accountant import StageSpec, check_delta, check_epsilon, compose, plan_budget
-from fdptm.privacy.adjacency import Adjacency, convert, group_of_two, invert_group_of_two, weakest
+from fdptm.privacy.adjacency import (
+    Adjacency,
+    convert,
+    group_of_two,
+    group_privacy,
+    invert_group_of_two,
+    invert_group_privacy,
+    weakest,
+)
 
 A, D, W = Adjacency.AUTHOR, Adjacency.DOCUMENT, Adjacency.WORD
 
@@ -106,3 +121,75 @@ def test_conversions_do_not_overflow_at_huge_epsilon():
     assert step_eps == 1500.0 and 0.0 <= step_delta < 1e-300
     plan = plan_budget(6000.0, 1e-5, SPECS, authors_are_documents=True)
     assert plan.stage("vocabulary").epsilon == pytest.approx(750.0)
+
+
+AR, DR = Adjacency.AUTHOR_REPLACE, Adjacency.DOCUMENT_REPLACE
+
+
+@pytest.mark.parametrize(
+    "notions,docs,expected",
+    [
+        ([A, DR], False, DR),  # author add/remove -> replace one document: group of two
+        ([A, AR], False, AR),
+        ([D, AR], False, DR),  # neither implies the other; both imply document-replace
+        ([DR, W], False, W),
+        ([D, DR], True, DR),
+        ([A, AR], True, DR),  # without author ids the author notions are the document ones
+    ],
+)
+def test_weakest_common_notion_over_replace_adjacencies(notions, docs, expected):
+    assert weakest(notions, authors_are_documents=docs) == expected
+
+
+def test_conversions_are_free_for_special_cases_and_refused_upwards():
+    assert convert(1.0, 1e-6, DR, W).epsilon_out == 1.0  # a token change replaces a document
+    assert convert(1.0, 1e-6, AR, DR).epsilon_out == 1.0
+    two = convert(1.0, 1e-6, D, DR)
+    assert (two.epsilon_out, two.delta_out) == pytest.approx((2.0, 1e-6 * (1 + math.e)))
+    for source, target in [(DR, D), (AR, A), (AR, D), (W, DR)]:
+        with pytest.raises(ValueError, match="cannot convert"):
+            convert(1.0, 1e-6, source, target)
+
+
+@pytest.mark.parametrize("eps,delta,k", [(0.3, 1e-6, 1), (0.5, 1e-5, 2), (0.1, 1e-7, 10)])
+def test_group_privacy_sums_the_delta_series(eps, delta, k):
+    got = group_privacy(eps, delta, k)
+    series = delta * sum(math.exp(i * eps) for i in range(k))
+    assert got == pytest.approx((k * eps, series), rel=1e-12)
+    if k == 2:
+        assert got == pytest.approx(group_of_two(eps, delta))
+    assert invert_group_privacy(*got, k) == pytest.approx((eps, delta), rel=1e-12)
+
+
+def test_notions_are_never_silently_mixed():
+    assert combine_notions([(APPROXIMATE_DP, 0.0)] * 2) == (APPROXIMATE_DP, 0.0)
+    assert combine_notions([(APPROXIMATE_DP, 0.0), (RANDOM_DP, 0.05)]) == (RANDOM_DP, 0.05)
+    assert combine_notions([(RANDOM_DP, 0.05), (RANDOM_DP, 0.01)]) == (
+        RANDOM_DP,
+        pytest.approx(0.06),
+    )
+    assert combine_notions([(RANDOM_DP, 0.05), (CLAIMED_UNPROVEN, 0.0)])[0] == CLAIMED_UNPROVEN
+    got = compose(
+        [(1.0, 1e-6, D), (2.0, 1e-6, D)],
+        authors_are_documents=True,
+        notions=[(APPROXIMATE_DP, 0.0), (RANDOM_DP, 0.01)],
+    )
+    assert (got.notion, got.gamma, got.epsilon) == (RANDOM_DP, 0.01, 3.0)
+    assert "NOT plain differential privacy" in describe(RANDOM_DP, 3.0, 2e-6, 0.01)
+    with pytest.raises(ValueError, match="random-DP spend"):
+        compose(
+            [(1.0, 1e-6, D)],
+            W,
+            authors_are_documents=True,
+            notions=[(RANDOM_DP, 0.01)],
+        )
+    with pytest.raises(BadInputError, match="random DP is not converted"):
+        plan_budget(
+            2.0,
+            1e-5,
+            [
+                StageSpec("vocabulary", "su", D, True, 0.25),
+                StageSpec("train", "x", A, True, 0.75, RANDOM_DP),
+            ],
+            authors_are_documents=False,
+        )
