@@ -44,12 +44,20 @@ def matched_distance(estimate: np.ndarray, reference: np.ndarray) -> MatchedDist
     """L1, RMSE, Kendall tau, cosine similarity and Frobenius norm after Hungarian matching."""
     matched = estimate[match_topics(estimate, reference)]
     diff = matched - reference
-    taus = [kendalltau(a, b).statistic for a, b in zip(matched, reference, strict=True)]
+    taus = [_tau(a, b) for a, b in zip(matched, reference, strict=True)]
     norms = np.linalg.norm(matched, axis=1) * np.linalg.norm(reference, axis=1)
     return MatchedDistance(
         l1=float(np.abs(diff).sum(axis=1).mean()),
         rmse=float(np.sqrt((diff**2).mean())),
-        kendall_tau=float(np.nanmean(taus)),
+        kendall_tau=float(np.mean(taus)),
         cosine=float(((matched * reference).sum(axis=1) / norms).mean()),
         frobenius=float(np.linalg.norm(diff)),
     )
+
+
+def _tau(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall tau of two rows; 0 (no agreement) when either row is constant, where the
+    ranking, and so tau, is undefined (a noisy topic flattened to uniform, say)."""
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    return float(kendalltau(a, b).statistic)

@@ -1,0 +1,183 @@
+"""Variational inference for LDA: the per-document E-step and per-unit clipped statistics.
+
+Corpus layout: the documents are compressed to (doc, word, count) triples, document ``d``
+owning ``words[doc_ptr[d]:doc_ptr[d + 1]]`` with ``counts`` alongside (distinct words, so a
+word's topic responsibilities are computed once per document). Privacy units (authors, or
+documents at document level) own the documents ``unit_docs[unit_ptr[u]:unit_ptr[u + 1]]``.
+The topic factor ``exp_elog_beta`` is (words x topics) so that one word's k values are
+contiguous. The kernels are deterministic: they hold no random state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_ROUND_DOWN = 1.0 - 1e-12  # keeps clip(S)'s norm <= C despite rounding in clip / norm
+
+
+@njit(cache=True)
+def digamma(x):
+    """psi(x) for x > 0: recurrence up to x >= 6, then the asymptotic (Bernoulli) series to
+    x^-14; the first omitted term is below 2e-13 at x = 6.
+
+    The recurrence psi(x) = psi(x + 1) - 1/x is summed as one fraction num/den (one
+    division instead of up to six: this function dominates the E-step of short documents).
+    """
+    num = 0.0
+    den = 1.0
+    while x < 6.0:
+        num = num * x + den
+        den *= x
+        x += 1.0
+    shift = -num / den
+    f = 1.0 / (x * x)
+    tail = f * (
+        -1.0 / 12
+        + f
+        * (
+            1.0 / 120
+            + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132 + f * (691.0 / 32760 - f / 12))))
+        )
+    )
+    return shift + math.log(x) - 0.5 / x + tail
+
+
+@njit(cache=True, inline="always")
+def _exp_elog_theta(gamma, out):
+    """out_k = exp(E[log theta_k]) = exp(psi(gamma_k) - psi(sum gamma)) under Dir(gamma)."""
+    total = 0.0
+    for k in range(gamma.shape[0]):
+        total += gamma[k]
+    base = digamma(total)
+    for k in range(gamma.shape[0]):
+        out[k] = math.exp(digamma(gamma[k]) - base)
+
+
+@njit(cache=True)
+def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth):
+    """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
+
+    phi_wk is proportional to exp(E[log theta_k]) exp(E[log beta_kw]) and
+    gamma_k = alpha + sum_w n_w phi_wk (Blei et al. 2003, section 5.2; Hoffman et al. 2010,
+    Algorithm 2). phi is never stored: with phinorm_w = sum_k eth_k beta_wk, gamma follows
+    from n_w / phinorm_w (Hoffman's implementation). Stops after ``max_iterations`` or
+    when the mean absolute change of gamma is below ``tolerance``. On return ``gamma`` and
+    ``eth`` = exp(E[log theta]) are consistent (eth computed from the final gamma).
+    """
+    n_topics = gamma.shape[0]
+    length = 0.0
+    for i in range(counts.shape[0]):
+        length += counts[i]
+    for k in range(n_topics):
+        gamma[k] = alpha + length / n_topics
+    _exp_elog_theta(gamma, eth)
+    acc = np.empty(n_topics)
+    for _ in range(max_iterations):
+        acc[:] = 0.0
+        for i in range(words.shape[0]):
+            beta_w = exp_elog_beta[words[i]]
+            norm = 1e-100
+            for k in range(n_topics):
+                norm += eth[k] * beta_w[k]
+            ratio = counts[i] / norm
+            for k in range(n_topics):
+                acc[k] += ratio * beta_w[k]
+        change = 0.0
+        for k in range(n_topics):
+            new = alpha + eth[k] * acc[k]
+            change += abs(new - gamma[k])
+            gamma[k] = new
+        _exp_elog_theta(gamma, eth)
+        if change / n_topics < tolerance:
+            break
+
+
+@njit(cache=True)
+def _add_doc_stats(words, counts, exp_elog_beta, eth, scratch, touched, n_touched, mark):
+    """scratch[w, k] += n_w phi_wk for one document; returns the new number of touched words.
+
+    phi_wk = eth_k beta_wk / phinorm_w sums to 1 over k (up to the 1e-100 guard), so the
+    document adds exactly n_w to word w's row: the statistic's l1 norm is the token count.
+    """
+    n_topics = eth.shape[0]
+    for i in range(words.shape[0]):
+        w = words[i]
+        beta_w = exp_elog_beta[w]
+        norm = 1e-100
+        for k in range(n_topics):
+            norm += eth[k] * beta_w[k]
+        ratio = counts[i] / norm
+        if not mark[w]:
+            mark[w] = True
+            touched[n_touched] = w
+            n_touched += 1
+        for k in range(n_topics):
+            scratch[w, k] += ratio * eth[k] * beta_w[k]
+    return n_touched
+
+
+@njit(cache=True)
+def clipped_statistics(
+    unit_ptr,
+    unit_docs,
+    doc_ptr,
+    words,
+    counts,
+    exp_elog_beta,
+    alpha,
+    max_iterations,
+    tolerance,
+    included,
+    clip,
+    stats,
+    norms,
+):
+    """stats += sum over included units u of clip(S_u, C); norms[u] = ||S_u||_2 before clipping.
+
+    S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
+    sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
+    clip(S, C) = S min(1, C / ||S||_2) (Frobenius norm), so every unit adds a matrix of
+    norm at most C to ``stats`` (the factor is rounded down by a relative 1e-12 so that
+    floating-point rounding cannot push a clipped norm above C). Units with ``included[u]``
+    False are skipped entirely (their ``norms`` entry is left as is). ``stats`` is
+    accumulated into, not reset.
+    """
+    n_words, n_topics = exp_elog_beta.shape
+    scratch = np.zeros((n_words, n_topics))
+    touched = np.empty(n_words, dtype=np.int64)
+    mark = np.zeros(n_words, dtype=np.bool_)
+    gamma = np.empty(n_topics)
+    eth = np.empty(n_topics)
+    for u in range(unit_ptr.shape[0] - 1):
+        if not included[u]:
+            continue
+        n_touched = 0
+        for j in range(unit_ptr[u], unit_ptr[u + 1]):
+            d = unit_docs[j]
+            lo, hi = doc_ptr[d], doc_ptr[d + 1]
+            if hi == lo:
+                continue
+            doc_words, doc_counts = words[lo:hi], counts[lo:hi]
+            doc_e_step(
+                doc_words, doc_counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth
+            )
+            n_touched = _add_doc_stats(
+                doc_words, doc_counts, exp_elog_beta, eth, scratch, touched, n_touched, mark
+            )
+        squared = 0.0
+        for t in range(n_touched):
+            row = scratch[touched[t]]
+            for k in range(n_topics):
+                squared += row[k] * row[k]
+        norm = math.sqrt(squared)
+        norms[u] = norm
+        scale = 1.0 if norm <= clip else (clip / norm) * _ROUND_DOWN
+        for t in range(n_touched):
+            w = touched[t]
+            for k in range(n_topics):
+                stats[w, k] += scale * scratch[w, k]
+                scratch[w, k] = 0.0
+            mark[w] = False

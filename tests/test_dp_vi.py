@@ -1,0 +1,356 @@
+"""M2 dp-vi: E-step kernel, per-unit clipping (sensitivity C), noise scale, Poisson sampling,
+accounting (calibration, basic composition, event dict), validation and recovery."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from fdptm.errors import BadInputError
+from fdptm.evaluation.matching import matched_distance
+from fdptm.evaluation.synthetic import generate_lda
+from fdptm.kernels import vi
+from fdptm.mechanisms import dp_vi
+from fdptm.mechanisms.guarantee import APPROXIMATE_DP
+from fdptm.mechanisms.lda import Corpus
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.privacy.noise import NoiseSource
+
+DELTA = 1e-5
+
+
+def params(epsilon=1.0, *, adjacency=Adjacency.AUTHOR, iterations=10, n_topics=4, **options):
+    return dp_vi.dp_vi_params(
+        epsilon,
+        DELTA,
+        n_topics=n_topics,
+        adjacency=adjacency,
+        max_docs_per_author=4,
+        iterations=iterations,
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def small():
+    """60 authors with 4 documents each: strong topics, so authors' statistics differ."""
+    return generate_lda(240, 120, 4, doc_length=30, eta=0.02, docs_per_author=4, seed=7)
+
+
+def random_beta(n_words: int, n_topics: int, seed: int) -> np.ndarray:
+    lam = np.random.default_rng(seed).gamma(1.0, 1.0, (n_words, n_topics)) + 0.01
+    return dp_vi.exp_elog_beta(lam)
+
+
+# --- the variational kernel -------------------------------------------------------------
+
+
+def test_digamma_matches_scipy():
+    x = np.concatenate([np.geomspace(1e-4, 1e4, 400), np.linspace(0.5, 12, 200)])
+    ours = np.array([vi.digamma(v) for v in x])
+    np.testing.assert_allclose(ours, special.digamma(x), rtol=1e-12, atol=1e-12)
+
+
+def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates():
+    rng = np.random.default_rng(3)
+    beta = random_beta(50, 5, seed=1)
+    words = np.sort(rng.choice(50, 12, replace=False)).astype(np.int64)
+    counts = rng.integers(1, 4, 12).astype(np.float64)
+    gamma, eth = np.empty(5), np.empty(5)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth)
+    phi = eth[None, :] * beta[words]
+    phi /= phi.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(gamma, 0.1 + counts @ phi, rtol=1e-8)
+    elog = special.digamma(gamma) - special.digamma(gamma.sum())
+    np.testing.assert_allclose(eth, np.exp(elog), rtol=1e-10)
+
+
+def test_unclipped_statistics_give_each_word_its_token_count(small):
+    """phi sums to 1 over topics, so ||S||_1 per word is the word's count (no clipping)."""
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    p = params(clip=1e12)
+    included = np.ones(data.n_units, dtype=bool)
+    stats_, norms = dp_vi.clipped_statistics(data, random_beta(120, 4, 0), p, included)
+    counts = np.bincount(small.corpus.words, minlength=120)
+    np.testing.assert_allclose(stats_.sum(axis=1), counts, rtol=1e-9)
+    assert np.all(norms > 0)
+
+
+# --- clipping and sensitivity -----------------------------------------------------------
+
+
+def only(unit: int, n_units: int) -> np.ndarray:
+    mask = np.zeros(n_units, dtype=bool)
+    mask[unit] = True
+    return mask
+
+
+def test_each_authors_clipped_statistic_has_norm_at_most_C(small):
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    assert data.n_units == 60
+    p = params(clip=3.0)
+    beta = random_beta(120, 4, 2)
+    clipped_any = False
+    for a in range(data.n_units):
+        s_a, norms = dp_vi.clipped_statistics(data, beta, p, only(a, data.n_units))
+        norm = np.linalg.norm(s_a)
+        assert norm <= p.clip
+        assert norm == pytest.approx(min(norms[a], p.clip), rel=1e-9)
+        clipped_any |= norms[a] > p.clip
+    assert clipped_any  # the bound was exercised, not vacuous
+
+
+def test_removing_an_author_moves_the_clipped_sum_by_at_most_C(small):
+    """Brute force over all 60 authors: ||sum(D) - sum(D - a)||_2 <= C, with equality when
+    the author's statistic exceeds C; the other authors' terms do not change."""
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    p = params(clip=3.0)
+    beta = random_beta(120, 4, 4)
+    everyone = np.ones(data.n_units, dtype=bool)
+    full, norms = dp_vi.clipped_statistics(data, beta, p, everyone)
+    for a in range(data.n_units):
+        without = everyone.copy()
+        without[a] = False
+        rest, _ = dp_vi.clipped_statistics(data, beta, p, without)
+        change = np.linalg.norm(full - rest)
+        assert change <= p.clip * (1 + 1e-9)
+        assert change == pytest.approx(min(norms[a], p.clip), rel=1e-6)
+
+
+def test_document_level_clipping_does_not_bound_an_author(small):
+    """Why the author's summed statistic is clipped: with per-document units an author with
+    4 documents moves the sum by more than C."""
+    data = dp_vi.prepare(small.corpus, Adjacency.DOCUMENT)
+    assert data.n_units == small.corpus.n_docs
+    p = params(clip=1.0, adjacency=Adjacency.DOCUMENT)
+    beta = random_beta(120, 4, 5)
+    everyone = np.ones(data.n_units, dtype=bool)
+    full, _ = dp_vi.clipped_statistics(data, beta, p, everyone)
+    without = everyone.copy()
+    without[:4] = False  # author 0's documents
+    rest, _ = dp_vi.clipped_statistics(data, beta, p, without)
+    assert np.linalg.norm(full - rest) > 1.5 * p.clip
+
+
+def test_without_author_ids_every_document_is_its_own_author(small):
+    c = small.corpus
+    data = dp_vi.prepare(Corpus(c.doc_ptr, c.words, c.n_words), Adjacency.AUTHOR)
+    assert data.n_units == c.n_docs
+
+
+# --- noise and sampling -----------------------------------------------------------------
+
+
+def test_added_noise_is_gaussian_with_std_z_times_C(small):
+    """noisy - (clipped non-private sum) over 16 draws of k x V entries: sum of squares /
+    (z C)^2 is chi-square with 16 k V = 7680 degrees of freedom (relative sd 1.6%); a 5%
+    larger sigma (10% in variance, about 6 sd) is rejected."""
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    p = params(epsilon=2.0, clip=3.0)
+    noise = NoiseSource.create(2024)
+    residuals = []
+    for seed in range(16):
+        beta = random_beta(120, 4, 10 + seed)
+        noisy, included = dp_vi.noisy_statistics(data, beta, p, noise)
+        assert included.all()  # q = 1
+        clean, _ = dp_vi.clipped_statistics(data, beta, p, included)
+        residuals.append(noisy - clean)
+    r = np.concatenate(residuals).ravel()
+    dof = r.size
+
+    def p_two_sided(sigma):
+        cdf = stats.chi2.cdf(np.sum(r**2) / sigma**2, dof)
+        return 2 * min(cdf, 1 - cdf)
+
+    assert p_two_sided(p.noise_std) > 1e-3
+    assert p_two_sided(1.05 * p.noise_std) < 1e-3
+    assert abs(r.mean()) < 4 * p.noise_std / math.sqrt(dof)
+
+
+def test_poisson_sampling_includes_each_author_independently_with_probability_q():
+    syn = generate_lda(4000, 50, 3, doc_length=5, docs_per_author=2, seed=1)
+    data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)
+    p = params(epsilon=2.0, sampling_rate=0.3, n_topics=3)
+    noise = NoiseSource.create(5)
+    beta = random_beta(50, 3, 0)
+    masks = []
+    for _ in range(3):
+        noisy, included = dp_vi.noisy_statistics(data, beta, p, noise)
+        masks.append(included)
+        test = stats.binomtest(int(included.sum()), data.n_units, 0.3)
+        assert test.pvalue > 1e-3
+        clean, _ = dp_vi.clipped_statistics(data, beta, p, included)  # the mask that was used
+        chi = np.sum((noisy - clean) ** 2) / p.noise_std**2
+        assert stats.chi2.sf(chi, noisy.size) > 1e-3
+    both = np.logical_and(masks[0], masks[1]).sum()  # independent across iterations: q^2
+    assert stats.binomtest(int(both), data.n_units, 0.09).pvalue > 1e-3
+
+
+# --- accounting -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "eps,q,T", [(1.0, 1.0, 10), (3.0, 0.1, 200), (0.5, 0.02, 1000), (8.0, 1.0, 1)]
+)
+def test_rdp_calibration_is_tight_and_never_exceeds_the_target(eps, q, T):
+    p = params(eps, sampling_rate=q, iterations=T)
+    assert p.accountant_epsilon <= eps
+    smaller = dp_vi.dp_event(p.noise_multiplier * (1 - 1e-4), q, T)
+    assert dp_vi.accountant_epsilon(smaller, DELTA, "rdp") > eps
+    assert p.noise_std == pytest.approx(p.noise_multiplier * p.clip)
+
+
+def test_pld_calibration_meets_the_target_with_less_noise_than_rdp():
+    rdp_params = params(2.0, sampling_rate=0.2, iterations=50)
+    pld_params = params(2.0, sampling_rate=0.2, iterations=50, accountant="pld")
+    assert pld_params.accountant_epsilon <= 2.0
+    assert pld_params.noise_multiplier < rdp_params.noise_multiplier
+    smaller = dp_vi.dp_event(pld_params.noise_multiplier * 0.99, 0.2, 50)
+    assert dp_vi.accountant_epsilon(smaller, DELTA, "pld") > 2.0
+
+
+@pytest.mark.parametrize("eps,q,T", [(1.0, 1.0, 10), (3.0, 0.1, 200), (0.5, 0.02, 1000)])
+def test_basic_composition_is_never_tighter_than_the_accountant(eps, q, T):
+    p = params(eps, sampling_rate=q, iterations=T)
+    assert p.basic_epsilon >= p.accountant_epsilon
+    assert p.basic_delta <= DELTA * (1 + 1e-12)
+
+
+def test_basic_composition_of_one_gaussian_is_the_analytic_gaussian():
+    eps, delta = dp_vi.basic_composition(2.0, 1.0, 1, DELTA)
+    assert delta == DELTA
+    # Balle & Wang's condition holds with equality at (eps, delta) for sigma = 2
+    a, b = 1 / (2 * 2.0), eps * 2.0
+    lhs = stats.norm.cdf(a - b) - math.exp(eps) * stats.norm.cdf(-a - b)
+    assert lhs == pytest.approx(DELTA, rel=1e-6)
+
+
+def test_subsampled_basic_composition_applies_amplification():
+    eps_full, _ = dp_vi.basic_composition(1.0, 1.0, 1, 0.1)  # delta_t = delta / (q T)
+    eps_sub, delta_sub = dp_vi.basic_composition(1.0, 0.1, 1, 0.01)
+    assert eps_sub == pytest.approx(math.log1p(0.1 * math.expm1(eps_full)), rel=1e-9)
+    assert delta_sub == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("q", [1.0, 0.05])
+def test_the_event_dict_recomputes_the_same_epsilon(q):
+    p = params(1.5, sampling_rate=q, iterations=30)
+    g = p.guarantee()
+    event = json.loads(json.dumps(g.event))
+    assert dp_vi.accountant_epsilon(event, g.delta, "rdp") == pytest.approx(g.epsilon, rel=1e-12)
+    assert g.event["type"] == "self_composed" and g.event["count"] == 30
+    inner = g.event["event"]
+    assert inner["type"] == ("gaussian" if q == 1.0 else "poisson_sampled")
+    json.dumps(p.to_dict())
+
+
+@pytest.mark.parametrize("adjacency", [Adjacency.AUTHOR, Adjacency.DOCUMENT])
+def test_guarantee_states_the_adjacency_and_both_accountings(adjacency):
+    g = params(1.0, adjacency=adjacency).guarantee()
+    assert g.adjacency == adjacency
+    assert g.notion == APPROXIMATE_DP
+    assert g.epsilon <= 1.0 and g.delta == DELTA
+    assert "RdpAccountant" in g.accountant
+    assert g.basic_epsilon >= g.epsilon and g.basic_delta <= DELTA * (1 + 1e-12)
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"epsilon": 0.0},
+        {"epsilon": -1.0},
+        {"epsilon": float("nan")},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"clip": 0.0},
+        {"clip": -2.0},
+        {"clip": float("inf")},
+        {"sampling_rate": 0.0},
+        {"sampling_rate": 1.5},
+        {"adjacency": Adjacency.WORD},
+        {"adjacency": Adjacency.DOCUMENT_REPLACE},
+        {"adjacency": Adjacency.AUTHOR_REPLACE},
+        {"adjacency": "author"},
+        {"accountant": "moments"},
+        {"iterations": 0},
+        {"n_topics": 0},
+        {"max_docs_per_author": 0},
+        {"local_iterations": 0},
+        {"local_tolerance": -1e-3},
+        {"eta": 0.0},
+        {"alpha": -0.1},
+        {"step_decay": 1.5},
+        {"step_offset": 0.5},
+        {"threshold": -1.0},
+    ],
+)
+def test_bad_parameters_are_rejected_before_any_data_is_read(change):
+    args = {
+        "epsilon": 1.0,
+        "delta": DELTA,
+        "n_topics": 4,
+        "adjacency": Adjacency.AUTHOR,
+        "max_docs_per_author": 4,
+        "iterations": 5,
+    } | change
+    eps, delta = args.pop("epsilon"), args.pop("delta")
+    with pytest.raises(BadInputError):
+        dp_vi.dp_vi_params(eps, delta, **args)
+
+
+def test_unusable_corpora_are_rejected(small):
+    p = params()
+    empty = Corpus(np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32), 10)
+    with pytest.raises(BadInputError):
+        dp_vi.train_dp_vi(empty, 4, p, NoiseSource.create(0))
+    c = small.corpus
+    corrupt = Corpus(c.doc_ptr, c.words, 5, c.doc_author)
+    with pytest.raises(BadInputError):
+        dp_vi.train_dp_vi(corrupt, 4, p, NoiseSource.create(0))
+    with pytest.raises(BadInputError):
+        dp_vi.train_dp_vi(c, 5, p, NoiseSource.create(0))
+
+
+# --- training ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q", [1.0, 0.3])
+def test_training_returns_a_stochastic_matrix_and_reports_progress(small, q):
+    p = params(1.0, iterations=6, sampling_rate=q)
+    ticks = []
+    phi = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(1), progress=ticks.append)
+    assert phi.shape == (4, small.corpus.n_words)
+    assert np.all(np.isfinite(phi)) and np.all(phi > 0)
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0, rtol=1e-12)
+    assert ticks == [1] * 6
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")  # uniform rows have no Kendall tau
+def test_recovers_strong_topics_at_large_epsilon_and_not_at_tiny_epsilon():
+    """300 authors, 4 sharp topics. The reference is the same code with z = 0 (no noise) and
+    the same seed. At epsilon 1000 (z ~ 0.11, noise sd ~ 0.22 per entry against a topic's
+    top entries of tens of clipped counts) the private run must stay within 0.01 cosine of
+    it. At epsilon 0.05 (z ~ 290: noise sd ~ 580 per entry, more than any entry's signal)
+    it must fall below the midpoint between the reference and the uniform matrix, which is
+    what carries no information."""
+    syn = generate_lda(1200, 300, 4, doc_length=40, eta=0.01, docs_per_author=4, seed=0)
+    uniform = matched_distance(np.full((4, 300), 1 / 300), syn.phi).cosine
+    large, tiny = params(1000.0, iterations=20), params(0.05, iterations=20)
+    exact = dataclasses.replace(large, noise_multiplier=0.0)
+    for seed in range(3):
+        reference = matched_distance(
+            dp_vi.train_dp_vi(syn.corpus, 4, exact, NoiseSource.create(seed)), syn.phi
+        ).cosine
+        assert reference > 0.99  # the test corpus is one VI recovers
+        private = dp_vi.train_dp_vi(syn.corpus, 4, large, NoiseSource.create(seed))
+        assert matched_distance(private, syn.phi).cosine >= reference - 0.01
+        noisy = dp_vi.train_dp_vi(syn.corpus, 4, tiny, NoiseSource.create(seed))
+        assert matched_distance(noisy, syn.phi).cosine < (reference + uniform) / 2
