@@ -53,8 +53,9 @@ def sanitize_task(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
 def train_task(
     spec: RunSpec, san: dict, vocab: dict, epsilon: float, delta: float, show: bool
 ) -> dict:
-    desc = f"M2 {spec.mechanism} iterations"
-    with tqdm(total=spec.iterations, desc=desc, disable=not show) as bar:
+    desc = f"M2 {spec.mechanism}"
+    total = stages.progress_total(spec, epsilon, delta)
+    with tqdm(total=total, desc=desc, disable=not show) as bar:
         return lifecycle.run_stage(
             spec, "train", stages.train, san, vocab, epsilon, delta, bar.update
         )

@@ -175,6 +175,13 @@ def train(
     return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
 
 
+def progress_total(spec: RunSpec, epsilon: float, delta: float) -> int:
+    """How many progress steps M2 will report: its ``progress_total`` or one per iteration."""
+    _, catalog = _env(spec)
+    params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
+    return getattr(params, "progress_total", spec.iterations)
+
+
 def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
     """Non-private CGS on the same sanitized corpus: an internal baseline, NOT DP."""
     n_words = load(spec, vocab).num_rows
