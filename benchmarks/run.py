@@ -182,7 +182,13 @@ def machine() -> dict:
         ),
         platform.processor(),
     )
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
 
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -190,7 +196,10 @@ def machine() -> dict:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "os": platform.platform(),
-        "versions": {p: version(p) for p in ("numba", "numpy", "tomotopy", "prefect", "duckdb")},
+        "versions": {
+            p: installed(p)
+            for p in ("numba", "numpy", "scipy", "tomotopy", "prefect", "duckdb", "dp-accounting")
+        },
     }
 
 
