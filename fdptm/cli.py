@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-unproven",
         action="store_true",
         help="release with a mechanism whose DP claim is unproven (zhu, cdp-lda, "
-        "cdp-lda-plus); the manifest says so",
+        "cdp-lda-plus, spectral-unproven); the manifest says so",
     )
     rel.add_argument("--iterations", type=int, default=20)
     rel.add_argument("--seed", type=int, help="fixed seed (tests only: makes noise guessable)")

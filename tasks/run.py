@@ -51,7 +51,7 @@ def validate(spec: RunSpec) -> None:
     if m2.notion == CLAIMED_UNPROVEN and not spec.allow_unproven:
         raise BadInputError(
             f"{spec.mechanism!r} claims DP in its paper, but the claim does not hold for its "
-            "output (the sampler's own leakage is not covered; README, 'M2 mechanisms'). "
+            "output (README, 'M2 mechanisms'). "
             "Compare it internally with `fdptm compare`, or pass --allow-unproven to release "
             "it with a manifest that says the guarantee is unproven."
         )

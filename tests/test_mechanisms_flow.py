@@ -162,17 +162,85 @@ def test_compare_is_internal_and_spends_nothing(pheme_ws, capsys):
     )
 
 
-def test_every_registered_mechanism_is_documented_in_the_cli():
-    from fdptm.cli import build_parser
+@pytest.mark.parametrize(
+    "mechanism,extra,notion,adjacency,release_unit",
+    [
+        ("dp-vi", [], "approximate-dp", "document", "document"),
+        ("spectral", [], "approximate-dp", "document-replace", "document-replace"),
+        ("topicdp-laplace", [], "approximate-dp", "document", "document"),
+        ("topicdp", ["--m2-option", "gamma=0.3"], "random-dp", "document", "document"),
+        (
+            "spectral-unproven",
+            ["--allow-unproven", "--m2-option", "config=4"],
+            "claimed-unproven",
+            "document-replace",
+            "document-replace",
+        ),
+    ],
+)
+def test_each_mechanism_releases_with_its_stated_guarantee(
+    pheme_ws, capsys, mechanism, extra, notion, adjacency, release_unit
+):
+    assert _release(pheme_ws, mechanism, *extra, epsilon="20") == 0
+    out = capsys.readouterr().out
+    manifest = _last_manifest(pheme_ws)
+    g = manifest["guarantee"]
+    m1, m2 = manifest["stages"]
+    assert (m2["mechanism"], m2["notion"], m2["adjacency"]) == (mechanism, notion, adjacency)
+    assert (g["notion"], g["adjacency"]) == (notion, release_unit)
+    assert g["epsilon"] == pytest.approx(20.0) and g["delta"] == pytest.approx(1e-5)
+    assert m2["accounting"]["epsilon"] <= m2["epsilon"] * (1 + 1e-12)
+    assert m2["accounting"]["delta"] <= m2["delta"] * (1 + 1e-12) + 1e-300
+    if release_unit == "document-replace":  # M1's add/remove guarantee converted: group of 2
+        assert m1["epsilon"] == pytest.approx(m1["contributes_epsilon"] / 2)
+    if notion == "random-dp":
+        assert g["gamma"] == pytest.approx(0.3) and "NOT plain differential privacy" in out
+    if notion == "approximate-dp":
+        assert g["statement"] == "(20, 1e-05)-DP"
 
-    help_text = build_parser().format_help()
-    assert "compare" in help_text
-    assert set(MECHANISMS) >= {
-        "hdp-lda",
-        "zhu",
-        "cdp-lda",
-        "cdp-lda-plus",
-        "spectral",
-        "topicdp",
-        "dp-vi",
-    }
+
+def test_author_level_spectral_is_author_replace_by_group_privacy(tmp_path, pheme_raw):
+    from fdptm.storage.workspace import Workspace
+
+    texts = json.loads(pheme_raw.read_text())["text"][:3000]
+    rows = [{"author_id": f"a{i // 3}", "text": t} for i, t in enumerate(texts)]
+    path = tmp_path / "authors.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    workspace = Workspace.resolve(tmp_path / "ws")
+    ingest(path, "authored", workspace)
+    args = ["--dataset", "authored", "--max-docs-per-author", "3"]
+    rc = main(
+        [
+            "release",
+            *args,
+            "--epsilon",
+            "30",
+            "--delta",
+            "1e-5",
+            "--topics",
+            "4",
+            "--mechanism",
+            "spectral",
+            "--seed",
+            "1",
+            "--no-progress",
+            "--workspace",
+            str(workspace.root),
+        ]
+    )
+    assert rc == 0
+    manifest = _last_manifest(workspace)
+    g = manifest["guarantee"]
+    m2 = manifest["stages"][1]
+    assert (g["adjacency"], m2["adjacency"]) == ("author-replace", "author-replace")
+    assert (
+        "group privacy" in m2["accounting"]["accountant"] and "3" in m2["accounting"]["accountant"]
+    )
+    assert g["epsilon"] == pytest.approx(30.0)
+
+
+def test_every_registered_mechanism_loads_and_lists_its_options():
+    for name, m in MECHANISMS.items():
+        options = m.options()
+        assert not set(options) & {"n_topics", "adjacency", "iterations"}, name
+        assert callable(m._fn(m.train_name)), name

@@ -11,9 +11,10 @@ Every M2 states its notion of privacy, its adjacency and its parameters. Two not
   does not hold for the released output. The noisy-CGS baselines (Zhu et al.; CDP-LDA and
   CDP-LDA+) perturb counts that are themselves the output of a data-dependent sampler, so
   the sampled topics leak beyond the noise (Zhao et al., hdp-lda-lp-lda-olp-lda.txt,
-  section IV-A). They run for comparison and, with an explicit override, for research
-  releases whose manifest says the guarantee is unproven; the ledger still charges the
-  claimed budget.
+  section IV-A); spectral LDA's configurations 3 and 4 assume the tensor power method is
+  Lipschitz in its input (dp-spectral-lda.txt, Theorems 6-7), which nothing guarantees.
+  They run for comparison and, with an explicit override, for research releases whose
+  manifest says the guarantee is unproven; the ledger still charges the claimed budget.
 
 Iterative mechanisms that a tighter accountant (RDP or PLD) bounds also report what basic
 composition gives (``basic_epsilon``, ``basic_delta``), and ``event`` is a DpEvent-like
@@ -98,7 +99,7 @@ def describe(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> s
     if notion == CLAIMED_UNPROVEN:
         return (
             f"UNPROVEN: the paper claims ({epsilon:.6g}, {delta:.3g})-DP, but its proof does "
-            "not cover the sampler's own leakage; NOT a differential-privacy guarantee"
+            "not hold for this mechanism's output; NOT a differential-privacy guarantee"
         )
     return f"({epsilon:.6g}, {delta:.3g})-DP"
 

@@ -55,6 +55,7 @@ class Mechanism:
     params_name: str
     train_name: str
     fixed: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     def _fn(self, name: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name)
@@ -63,7 +64,7 @@ class Mechanism:
         """The user-settable options and their defaults."""
         sig = inspect.signature(self._fn(self.params_name))
         return {
-            n: p.default
+            n: self.defaults.get(n, p.default)
             for n, p in sig.parameters.items()
             if p.kind == p.KEYWORD_ONLY and n not in CONTEXT and n not in self.fixed
         }
@@ -83,7 +84,7 @@ class Mechanism:
         wanted = inspect.signature(fn).parameters
         kwargs = {k: v for k, v in context.items() if k in wanted}
         try:
-            return fn(epsilon, delta, **kwargs, **self.fixed, **options)
+            return fn(epsilon, delta, **kwargs, **self.fixed, **{**self.defaults, **options})
         except TypeError as exc:
             raise BadInputError(f"bad option for mechanism {self.name!r}: {exc}") from None
 
@@ -152,6 +153,19 @@ MECHANISMS: dict[str, Mechanism] = {
             "fdptm.mechanisms.spectral",
             "spectral_params",
             "train_spectral",
+            {"claimed_unproven": False},
+        ),
+        Mechanism(
+            "spectral-unproven",
+            "DP spectral LDA configurations 3-4, whose proof does not hold (config=3 or 4)",
+            CLAIMED_UNPROVEN,
+            True,
+            _replace,
+            "fdptm.mechanisms.spectral",
+            "spectral_params",
+            "train_spectral",
+            {"claimed_unproven": True},
+            {"config": 3},
         ),
         Mechanism(
             "topicdp",
