@@ -9,7 +9,7 @@ Two corpora, every registered mechanism, epsilon in {1, 3, 5, 10} (delta = 1e-5)
 1. PHEME raw (../shared/data/pheme, 5,802 tweets, one author per tweet) through
    ``fdptm compare``'s flow: PRE, M1 at 25% of epsilon, SAN, 10% held-out documents; each M2
    gets the share a release at (epsilon, 1e-5) would give it. Reference: non-private CGS.
-2. A synthetic LDA corpus with known topics (5,000 documents, V = 1,000, k = 5, 40 tokens on
+2. A synthetic LDA corpus with known topics (2,000 documents, V = 500, k = 5, 40 tokens on
    average, eta = 0.05): no M1 (the vocabulary is public), the whole budget to M2, scored
    also against the true topics.
 
@@ -80,7 +80,7 @@ def synthetic() -> dict:
     from fdptm.privacy.adjacency import Adjacency
     from fdptm.tasks.spec import RunSpec
 
-    data = generate_lda(5000, 1000, TOPICS, doc_length=40, eta=0.05, seed=7)
+    data = generate_lda(2000, 500, TOPICS, doc_length=40, eta=0.05, seed=7)
     train, test = split_documents(data.corpus, 0.1, 7)
     runs: dict = {}
     for eps in EPSILONS:
