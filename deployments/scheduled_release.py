@@ -17,6 +17,7 @@ import argparse
 from prefect.deployments.runner import RunnerDeployment
 
 from fdptm.flows.release import release
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
 
 WEEKLY = "0 6 * * 1"  # Mondays 06:00
 
@@ -28,6 +29,7 @@ def build(
     topics: int,
     *,
     iterations: int = 20,
+    mechanism: str = DEFAULT_MECHANISM,
     workspace: str | None = None,
     releases_left: int | None = None,
     cron: str = WEEKLY,
@@ -43,6 +45,7 @@ def build(
             "delta": delta,
             "topics": topics,
             "iterations": iterations,
+            "mechanism": mechanism,
             "workspace": workspace,
             "releases_left": releases_left,
         },
@@ -59,6 +62,7 @@ def from_args(argv: list[str] | None = None) -> RunnerDeployment:
     p.add_argument("--delta", type=float, required=True)
     p.add_argument("--topics", type=int, required=True)
     p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS))
     p.add_argument("--workspace")
     p.add_argument("--releases-left", type=int, help="share what the cap has left over N runs")
     p.add_argument("--cron", default=WEEKLY)
@@ -70,6 +74,7 @@ def from_args(argv: list[str] | None = None) -> RunnerDeployment:
         a.delta,
         a.topics,
         iterations=a.iterations,
+        mechanism=a.mechanism,
         workspace=a.workspace,
         releases_left=a.releases_left,
         cron=a.cron,

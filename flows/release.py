@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import run as lifecycle
 from fdptm.tasks import stages
@@ -91,7 +92,7 @@ def release(
     delta: float,
     topics: int,
     iterations: int = 100,
-    mechanism: str = "hdp-lda",
+    mechanism: str = DEFAULT_MECHANISM,
     seed: int | None = None,
     workspace: str | None = None,
     set_union_policy: str = "weighted",

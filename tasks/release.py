@@ -42,7 +42,7 @@ COVERS = {
     "in the documents of one author (each replaced by another document)",
     Adjacency.DOCUMENT: "any two datasets that differ by one document",
     Adjacency.DOCUMENT_REPLACE: "any two datasets of the same number of documents that differ "
-    "in one document, replaced by another",
+    "in one document, replaced by another document of the same author",
     Adjacency.WORD: "any two datasets whose preprocessed documents differ in one token, "
     "replaced by another token (same documents, same lengths)",
 }

@@ -131,8 +131,8 @@ def check_parameters(spec: RunSpec, plan: BudgetPlan, unit: Adjacency) -> Guaran
     guarantee = spec.m2.guarantee(spec.m2_params(m2.epsilon, m2.delta, unit))
     if (
         guarantee.adjacency != m2.adjacency
-        or guarantee.epsilon > m2.epsilon * (1 + 1e-12)
-        or guarantee.delta > m2.delta * (1 + 1e-12)
+        or guarantee.epsilon > m2.epsilon
+        or guarantee.delta > m2.delta
     ):
         raise AssertionError(
             f"{spec.mechanism} states ({guarantee.epsilon}, {guarantee.delta}) at "

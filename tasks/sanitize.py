@@ -9,8 +9,10 @@ them would break HDP-LDA's word-level guarantee: replacing an in-vocabulary toke
 out-of-vocabulary one would reach M2 as a deletion, which changes the document's topic
 counts for all its other tokens, and Theorem 3 covers replacement only. With the reserved
 id, two corpora that differ in one preprocessed token map to SAN outputs that differ in
-one token, of equal lengths. Documents with no token at all are dropped: that is the same
-for both neighbours.
+one token, of equal lengths. Documents left with no token (a text of stop words only) are
+kept, empty: dropping them would make the number of documents depend on the data, and
+replace-one mechanisms (spectral LDA) calibrate their noise to that number, which must be
+the same for neighbouring datasets.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def sanitize(tokens: pa.Table, vocabulary: list[str]) -> pa.Table:
             "word_ids": word_ids,
         }
     )
-    return table.filter(pa.array(lengths > 0))
+    return table
 
 
 def corpus_of(sanitized: pa.Table, vocabulary_size: int) -> Corpus:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
-from fdptm.mechanisms.registry import Mechanism, mechanism
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, Mechanism, mechanism
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.tasks.bounding import Bounds
@@ -27,7 +27,7 @@ class RunSpec:
     delta: float
     topics: int
     iterations: int = 100
-    mechanism: str = "hdp-lda"
+    mechanism: str = DEFAULT_MECHANISM
     seed: int | None = None
     bounding_seed: int = 0
     set_union_policy: str = "weighted"

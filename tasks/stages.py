@@ -169,6 +169,7 @@ def train(
     params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"])
     with charged(spec, "train") as touch:
+        spec.m2.check_public(params, n_words + 1)  # V (public) and SAN's OOV column
         touch()
         corpus = corpus_of(load(spec, san), n_words)
         phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)

@@ -10,6 +10,8 @@ import pytest
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# Prefect's INFO chatter (task and flow states) out of the test output; warnings still show.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PHEME_RAW = SHARED / "data" / "pheme" / "pheme_raw.json"

@@ -17,6 +17,7 @@ def test_weekly_deployment_carries_schedule_and_parameters():
         "delta": 1e-5,
         "topics": 5,
         "iterations": 20,
+        "mechanism": "dp-vi",
         "workspace": "/srv/ws",
         "releases_left": None,
     }

@@ -22,7 +22,16 @@ def released(tmp_path_factory, pheme_raw, prefect_harness):
 
     workspace = Workspace.resolve(tmp_path_factory.mktemp("flow") / "ws")
     ingest(pheme_raw, "pheme", workspace)
-    out = release("pheme", 400.0, 1e-5, 5, iterations=10, workspace=str(workspace.root), seed=4)
+    out = release(
+        "pheme",
+        400.0,
+        1e-5,
+        5,
+        iterations=10,
+        mechanism="hdp-lda",
+        workspace=str(workspace.root),
+        seed=4,
+    )
     return workspace, out
 
 
@@ -219,6 +228,8 @@ def test_releases_left_shares_what_the_cap_has_left(tmp_path, capsys):
         "2",
         "--iterations",
         "5",
+        "--mechanism",
+        "hdp-lda",
         *ws,
     ]
     assert (

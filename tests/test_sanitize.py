@@ -25,7 +25,7 @@ def test_replacing_a_token_by_an_unreleased_word_is_still_a_replacement():
     neighbour = [["apple", "yak", "zebra"], ["cherry"], []]  # banana -> yak (not released)
     a = sanitize(_tokens(docs), VOCAB).column("word_ids").to_pylist()
     b = sanitize(_tokens(neighbour), VOCAB).column("word_ids").to_pylist()
-    assert a == [[0, 1, 3], [2]]  # 3 = the reserved out-of-vocabulary id; empty doc dropped
+    assert a == [[0, 1, 3], [2], []]  # 3 = the reserved out-of-vocabulary id
     assert [len(x) for x in a] == [len(x) for x in b]
     assert (
         sum(x != y for da, db in zip(a, b, strict=True) for x, y in zip(da, db, strict=True)) == 1
@@ -40,3 +40,14 @@ def test_corpus_has_the_oov_word_and_drop_oov_renormalises():
     out = drop_oov(phi)
     assert out.shape == (2, 3) and np.allclose(out.sum(1), 1)
     assert np.allclose(out[0], [1 / 3] * 3)
+
+
+def test_empty_documents_are_kept_so_the_document_count_is_data_independent():
+    """Replace-one mechanisms calibrate to N: a stop-word-only text replaced by a normal one
+    must leave N unchanged (spectral LDA's neighbours have equal N)."""
+    docs = [["apple"], [], ["cherry"]]
+    neighbour = [["apple"], ["banana", "kiwi"], ["cherry"]]
+    a = corpus_of(sanitize(_tokens(docs), VOCAB), len(VOCAB))
+    b = corpus_of(sanitize(_tokens(neighbour), VOCAB), len(VOCAB))
+    assert a.n_docs == b.n_docs == 3
+    assert a.doc_ptr.tolist() == [0, 1, 1, 2]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
 from scipy.stats import kendalltau
 
 
@@ -19,7 +20,7 @@ def match_topics(estimate: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``perm`` such that ``estimate[perm[j]]`` is matched to ``reference[j]`` (min total L1)."""
     if estimate.shape != reference.shape:
         raise ValueError(f"shapes differ: {estimate.shape} vs {reference.shape}")
-    cost = np.abs(reference[:, None, :] - estimate[None, :, :]).sum(axis=2)
+    cost = cdist(reference, estimate, "cityblock")
     rows, cols = linear_sum_assignment(cost)
     perm = np.empty(len(rows), dtype=np.int64)
     perm[rows] = cols

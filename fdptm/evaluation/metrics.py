@@ -15,7 +15,10 @@ internal comparison and audit reports, never into a release.
   document's even-position tokens estimate its topic proportions theta (EM with phi fixed,
   symmetric Dirichlet alpha as smoothing), and the odd-position tokens are scored:
   exp(-sum log(theta_d . phi_w) / number of scored tokens), the formula of Zhao et al.,
-  section VII-A.
+  section VII-A. A released matrix may give a word probability exactly 0 (noise clipped
+  at 0), which would make the perplexity infinite; every model is therefore scored as the
+  mixture (1 - 1e-6) phi + 1e-6 / V, which costs a zero-probability word about
+  log(1e6 V) nats instead of infinity and changes nothing measurable for other models.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import numpy as np
 from scipy import sparse
 
 from fdptm.mechanisms.lda import Corpus
+
+UNIFORM_MIX = 1e-6
 
 
 def doc_word_matrix(corpus: Corpus, positions: slice = slice(None)) -> sparse.csr_matrix:
@@ -64,6 +69,7 @@ def completion_perplexity(
     if scored.sum() == 0:
         raise ValueError("no held-out token to score: documents need at least two tokens")
     k = phi.shape[0]
+    phi = (1.0 - UNIFORM_MIX) * phi + UNIFORM_MIX / phi.shape[1]
     theta = np.full((corpus.n_docs, k), 1.0 / k)
     d, w, c = observed.row, observed.col, observed.data
     for _ in range(iterations):

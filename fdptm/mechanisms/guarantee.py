@@ -93,7 +93,8 @@ def describe(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> s
     if notion == RANDOM_DP:
         return (
             f"({epsilon:.6g}, {delta:.3g}, {gamma:.3g})-random DP: ({epsilon:.6g}, "
-            f"{delta:.3g})-DP with probability at least 1 - {gamma:.3g} over the data; "
+            f"{delta:.3g})-DP with probability at least 1 - {gamma:.3g} over neighbours "
+            "sampled from this dataset, with a noise scale that itself depends on the data; "
             "NOT plain differential privacy"
         )
     if notion == CLAIMED_UNPROVEN:

@@ -195,11 +195,7 @@ def train_noisy_cgs(
     eta_dk = eta_wk = None
     last = params.iterations - 1
     for t in range(params.iterations):
-        if (
-            params.variant == "cdp-lda-plus"
-            or (t == 0 and params.variant == "cdp-lda")
-            or (t == last and params.variant == "zhu")
-        ):
+        if _perturbs(params.variant, t, last):
             eta_dk, eta_wk = draw()
         gen.random(out=uniforms)
         if eta_wk is None:

@@ -27,6 +27,7 @@ from fdptm.mechanisms.guarantee import (
 )
 from fdptm.privacy.adjacency import Adjacency
 
+DEFAULT_MECHANISM = "dp-vi"
 CONTEXT = ("n_topics", "adjacency", "max_docs_per_author", "max_tokens_per_doc", "iterations")
 
 
@@ -56,6 +57,7 @@ class Mechanism:
     train_name: str
     fixed: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
+    public_check: str | None = None
 
     def _fn(self, name: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name)
@@ -83,10 +85,12 @@ class Mechanism:
         fn = self._fn(self.params_name)
         wanted = inspect.signature(fn).parameters
         kwargs = {k: v for k, v in context.items() if k in wanted}
-        try:
-            return fn(epsilon, delta, **kwargs, **self.fixed, **{**self.defaults, **options})
-        except TypeError as exc:
-            raise BadInputError(f"bad option for mechanism {self.name!r}: {exc}") from None
+        return fn(epsilon, delta, **kwargs, **self.fixed, **{**self.defaults, **options})
+
+    def check_public(self, params: Any, n_words: int) -> None:
+        """Refuse what the (public) vocabulary size rules out, before private data is read."""
+        if self.public_check:
+            self._fn(self.public_check)(params, n_words)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(self.train_name)(*args, **kwargs)
@@ -154,6 +158,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "spectral_params",
             "train_spectral",
             {"claimed_unproven": False},
+            public_check="check_vocabulary",
         ),
         Mechanism(
             "spectral-unproven",
@@ -166,6 +171,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "train_spectral",
             {"claimed_unproven": True},
             {"config": 3},
+            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp",
@@ -177,6 +183,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "topicdp_params",
             "train_topicdp",
             {"variant": "gaussian"},
+            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp-laplace",
@@ -188,6 +195,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "topicdp_params",
             "train_topicdp",
             {"variant": "laplace"},
+            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp-mvg",
@@ -199,6 +207,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "topicdp_params",
             "train_topicdp",
             {"variant": "mvg"},
+            public_check="check_vocabulary",
         ),
         Mechanism(
             "dp-vi",

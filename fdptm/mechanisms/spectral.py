@@ -720,10 +720,19 @@ def _check_corpus(corpus: Corpus, n_topics: int) -> None:
         raise BadInputError(
             f"spectral LDA needs at least 3 documents (third-order moments), got {corpus.n_docs}"
         )
-    if n_topics >= corpus.n_words:
+
+
+def check_vocabulary(params: SpectralParams, n_words: int) -> None:
+    """Refuse a vocabulary size (public) the configuration cannot handle, before any read."""
+    if params.config != 4 and n_words > MAX_DENSE_VOCABULARY:
         raise BadInputError(
-            f"the number of topics ({n_topics}) must be smaller than the vocabulary "
-            f"({corpus.n_words} words)"
+            f"config {params.config} adds noise to the dense V x V second moment; a "
+            f"vocabulary of {n_words} words exceeds {MAX_DENSE_VOCABULARY}: select a "
+            "smaller vocabulary"
+        )
+    if params.n_topics >= n_words:
+        raise BadInputError(
+            f"spectral LDA needs fewer topics ({params.n_topics}) than words ({n_words})"
         )
 
 
@@ -732,12 +741,7 @@ def _check_fit(corpus: Corpus, n_topics: int, params: SpectralParams) -> None:
     if n_topics != params.n_topics:
         raise BadInputError(f"params are for {params.n_topics} topics, asked for {n_topics}")
     _check_corpus(corpus, n_topics)
-    if params.config != 4 and corpus.n_words > MAX_DENSE_VOCABULARY:
-        raise BadInputError(
-            f"config {params.config} adds noise to the dense V x V second moment; a "
-            f"vocabulary of {corpus.n_words} words exceeds {MAX_DENSE_VOCABULARY}: select a "
-            "smaller vocabulary"
-        )
+    check_vocabulary(params, corpus.n_words)
     if params.group_size > 1 and corpus.doc_author is not None:
         most = int(np.bincount(corpus.doc_author).max())
         if most > params.group_size:

@@ -9,8 +9,11 @@ section 4.1). The notions used here, from strongest to weakest unit:
   this, by group privacy over the author's at most m documents.
 * ``document``: add or remove one document (the author notion when every document has
   its own author, as for PHEME, FDPTM paper section 4.4).
-* ``document-replace``: replace one document by another, the number of documents
-  unchanged (the adjacency of DP spectral LDA, dp-spectral-lda.txt section 2).
+* ``document-replace``: replace one document by another document of the same author, the
+  number of documents unchanged (the adjacency of DP spectral LDA, dp-spectral-lda.txt
+  section 2, where every document is its own author). Keeping the author is what makes
+  the conversions from author notions valid: a document moved to another author changes
+  two authors.
 * ``word``: replace one preprocessed token (a PRE output) of one document by another
   token (HDP-LDA paper, section IV-B2). Raw-text edits that add or remove PRE tokens (a
   stop word becoming a word, say) are not word-level neighbours.
@@ -60,7 +63,7 @@ class Adjacency(StrEnum):
             Adjacency.AUTHOR: "add/remove one author with all their documents",
             Adjacency.AUTHOR_REPLACE: "replace one author's documents by as many others",
             Adjacency.DOCUMENT: "add/remove one document",
-            Adjacency.DOCUMENT_REPLACE: "replace one document by another",
+            Adjacency.DOCUMENT_REPLACE: "replace one document by another of the same author",
             Adjacency.WORD: "replace one preprocessed token of one document by another",
         }[self]
 
