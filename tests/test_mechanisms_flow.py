@@ -244,3 +244,18 @@ def test_every_registered_mechanism_loads_and_lists_its_options():
         options = m.options()
         assert not set(options) & {"n_topics", "adjacency", "iterations"}, name
         assert callable(m._fn(m.train_name)), name
+
+
+def test_a_refusal_on_the_public_vocabulary_size_refunds_m2(pheme_ws, capsys):
+    """TopicDP's paper calibration needs epsilon / (k V) < 1; V is public (the DP vocabulary),
+    so the refusal comes before M2 reads data and M2's reservation is refunded."""
+    assert _release(pheme_ws, "topicdp", "--m2-option", "calibration=paper", epsilon="1e6") == 2
+    assert "calibration 'paper'" in capsys.readouterr().err
+    run = Catalog(pheme_ws).query(
+        "SELECT run_id FROM runs WHERE kind = 'release' ORDER BY started_at DESC LIMIT 1"
+    )[0]["run_id"]
+    states = {
+        e["stage"]: e["state"]
+        for e in Catalog(pheme_ws).query("SELECT * FROM ledger WHERE run_id = ?", [run])
+    }
+    assert states == {"vocabulary": "spent", "train": "refunded"}
