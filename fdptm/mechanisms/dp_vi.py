@@ -119,6 +119,7 @@ from scipy.special import digamma
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import vi
+from fdptm.mechanisms.checks import check_count, check_positive, is_real
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.privacy import events
@@ -350,39 +351,39 @@ def _check_options(
     accountant: str,
 ) -> None:
     """Raise BadInputError for any unusable public option (before any data is read)."""
-    _check_count(n_topics, "the number of topics")
-    _check_count(max_docs_per_author, "max_docs_per_author")
-    _check_count(iterations, "iterations")
-    _check_count(local_iterations, "local_iterations")
+    check_count(n_topics, "the number of topics")
+    check_count(max_docs_per_author, "max_docs_per_author")
+    check_count(iterations, "iterations")
+    check_count(local_iterations, "local_iterations")
     if not isinstance(adjacency, Adjacency) or adjacency not in SUPPORTED_ADJACENCY:
         raise BadInputError(
             f"dp-vi guarantees add/remove adjacency at author or document level, not "
             f"{adjacency!r}; pass one of {[a.value for a in SUPPORTED_ADJACENCY]}"
         )
-    _check_real(clip, "clip (the per-unit L2 bound C)", low=0.0)
-    _check_real(eta, "eta (the topic-word prior)", low=0.0)
-    _check_real(alpha, "alpha (the document-topic prior)", low=0.0)
-    if not _is_real(sampling_rate) or not 0.0 < sampling_rate <= 1.0:
+    check_positive(clip, "clip (the per-unit L2 bound C)")
+    check_positive(eta, "eta (the topic-word prior)")
+    check_positive(alpha, "alpha (the document-topic prior)")
+    if not is_real(sampling_rate) or not 0.0 < sampling_rate <= 1.0:
         raise BadInputError(
             f"sampling_rate (Poisson sampling probability of a unit) must be in (0, 1], "
             f"got {sampling_rate!r}; 1 uses every unit in every iteration"
         )
-    if not _is_real(local_tolerance) or local_tolerance < 0:
+    if not is_real(local_tolerance) or local_tolerance < 0:
         raise BadInputError(
             f"local_tolerance must be a finite number >= 0, got {local_tolerance!r}; "
             "0 always runs local_iterations rounds"
         )
-    if not _is_real(step_decay) or not 0.0 <= step_decay <= 1.0:
+    if not is_real(step_decay) or not 0.0 <= step_decay <= 1.0:
         raise BadInputError(
             f"step_decay (kappa of rho_t = (offset + t)^-kappa) must be in [0, 1], "
             f"got {step_decay!r}; 0 is batch variational EM"
         )
-    if not _is_real(step_offset) or step_offset < 1.0:
+    if not is_real(step_offset) or step_offset < 1.0:
         raise BadInputError(
             f"step_offset (tau of rho_t = (tau + t)^-kappa) must be a finite number >= 1 so "
             f"that every step size is in (0, 1], got {step_offset!r}"
         )
-    if not _is_real(threshold) or threshold < 0:
+    if not is_real(threshold) or threshold < 0:
         raise BadInputError(
             f"threshold (in noise standard deviations) must be a finite number >= 0, got "
             f"{threshold!r}; 0 keeps every positive entry"
@@ -391,20 +392,6 @@ def _check_options(
         raise BadInputError(
             f"unknown accountant {accountant!r}; choose one of {sorted(ACCOUNTANTS)}"
         )
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_real(value: object, what: str, *, low: float) -> None:
-    if not _is_real(value) or not value > low:
-        raise BadInputError(f"{what} must be a finite number > {low:g}, got {value!r}")
-
-
-def _check_count(value: object, what: str) -> None:
-    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-        raise BadInputError(f"{what} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
+from fdptm.mechanisms.checks import check_positive
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.privacy import events
 from fdptm.privacy.accountant import check_delta, check_epsilon
@@ -130,10 +131,8 @@ def hdp_lda_params(
         raise BadInputError(f"iterations must be >= 1, got {iterations}")
     if not 0 < inherent_fraction < 1:
         raise BadInputError(f"inherent_fraction must be in (0, 1), got {inherent_fraction}")
-    if not (isinstance(clip, int | float) and math.isfinite(clip) and clip > 0):
-        raise BadInputError(f"the clipping bound C must be a finite number > 0, got {clip}")
-    if not (isinstance(alpha, int | float) and math.isfinite(alpha) and alpha > 0):
-        raise BadInputError(f"alpha must be a finite number > 0, got {alpha}")
+    check_positive(clip, "the clipping bound C")
+    check_positive(alpha, "alpha")
     check_delta(reporting_delta, "reporting delta")
     per_iteration = epsilon / (iterations + 1 - inherent_fraction)
     eps_inherent = inherent_fraction * per_iteration

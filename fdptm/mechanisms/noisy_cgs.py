@@ -45,6 +45,7 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
+from fdptm.mechanisms.checks import check_count, check_positive
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.lda import Corpus, init_counts
 from fdptm.privacy import events
@@ -138,11 +139,9 @@ def noisy_cgs_params(
         ("max_docs_per_author", max_docs_per_author),
         ("max_tokens_per_doc", max_tokens_per_doc),
     ):
-        if not isinstance(value, int) or value < 1:
-            raise BadInputError(f"{name} must be an integer >= 1, got {value!r}")
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise BadInputError(f"{name} must be a finite number > 0, got {value!r}")
+        check_count(value, name)
+    check_positive(alpha, "alpha")
+    check_positive(beta, "beta")
     if variant == "zhu":
         if adjacency not in (Adjacency.AUTHOR, Adjacency.DOCUMENT):
             raise BadInputError(f"zhu is stated for author or document units, not {adjacency}")

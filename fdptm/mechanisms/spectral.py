@@ -122,6 +122,7 @@ import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 from fdptm.errors import BadInputError
+from fdptm.mechanisms.checks import check_count, check_fraction
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.mechanisms.set_union import analytic_gaussian_sigma
@@ -298,18 +299,6 @@ def _plan(
     return tuple(steps)
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise BadInputError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def _check_fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise BadInputError(f"{name} must be a number strictly between 0 and 1, got {value!r}")
-    return float(value)
-
-
 def spectral_params(
     epsilon: float,
     delta: float,
@@ -340,13 +329,13 @@ def spectral_params(
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
-    _check_int("n_topics", n_topics, 1)
+    check_count(n_topics, "n_topics", 1)
     if adjacency not in SUPPORTED_ADJACENCY:
         raise BadInputError(
             f"spectral LDA supports datasets whose unit is the document or the author, not "
             f"{adjacency!r}; its guarantee is then at document-replace or author-replace"
         )
-    group = _check_int("max_docs_per_author", max_docs_per_author, 1)
+    group = check_count(max_docs_per_author, "max_docs_per_author", 1)
     if isinstance(config, bool) or config not in CONFIGS:
         raise BadInputError(f"config must be one of {CONFIGS}, got {config!r}")
     if not isinstance(claimed_unproven, bool):
@@ -366,10 +355,10 @@ def spectral_params(
         math.isfinite(alpha0) and alpha0 > 0
     ):
         raise BadInputError(f"alpha0 must be a finite number > 0, got {alpha0!r}")
-    procedure = _check_fraction("procedure_fraction", procedure_fraction)
-    m2 = _check_fraction("m2_fraction", m2_fraction)
-    _check_int("power_iterations", power_iterations, 1)
-    _check_int("restarts", restarts, 1)
+    procedure = check_fraction(procedure_fraction, "procedure_fraction")
+    m2 = check_fraction(m2_fraction, "m2_fraction")
+    check_count(power_iterations, "power_iterations", 1)
+    check_count(restarts, "restarts", 1)
     if gaussian_calibration not in CALIBRATIONS:
         raise BadInputError(
             f"gaussian_calibration must be one of {CALIBRATIONS}, got {gaussian_calibration!r}"

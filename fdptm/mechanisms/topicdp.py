@@ -144,6 +144,7 @@ from scipy.special import lambertw
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation.matching import match_topics
+from fdptm.mechanisms.checks import check_choice, check_count, check_positive
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, RANDOM_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus, train_cgs
 from fdptm.mechanisms.set_union import analytic_gaussian_sigma
@@ -350,20 +351,18 @@ def topicdp_params(
             f"TopicDP is stated for add/remove of one author or one document, not "
             f"{getattr(adjacency, 'value', adjacency)!r}"
         )
-    _check_choice("trainer", trainer, TRAINERS)
-    _check_choice("sampling", sampling, SAMPLINGS)
-    _check_choice("calibration", calibration, CALIBRATIONS)
+    check_choice(trainer, "trainer", TRAINERS)
+    check_choice(sampling, "sampling", SAMPLINGS)
+    check_choice(calibration, "calibration", CALIBRATIONS)
     for name, value in (
         ("n_topics", n_topics),
         ("iterations", iterations),
         ("max_docs_per_author", max_docs_per_author),
         ("passes", passes),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadInputError(f"{name} must be an integer >= 1, got {value!r}")
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise BadInputError(f"{name} must be a finite number > 0, got {value!r}")
+        check_count(value, name)
+    check_positive(alpha, "alpha")
+    check_positive(beta, "beta")
     sampled = variant != "laplace"
     size = sample_size(gamma) if sampled else SampleSize(_check_gamma(gamma), 0.0, 0, 0)
     multiplier = None
@@ -389,11 +388,6 @@ def topicdp_params(
         noise_multiplier=multiplier,
         laplace_scale=None if sampled else 2.0 * n_topics / epsilon,
     )
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise BadInputError(f"unknown {name} {value!r}; choose one of {choices}")
 
 
 # Neighbouring datasets ------------------------------------------------------------------
