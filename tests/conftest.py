@@ -13,6 +13,11 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 # Prefect's INFO chatter (task and flow states) out of the test output; warnings still show.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
+# Import prefect.main (which sets up Prefect's console log handler) now, while sys.stderr is
+# pytest's session-wide capture stream: set up first inside a test that uses capsys, the handler
+# would keep that test's stream, which pytest closes when the test ends.
+import prefect.main  # noqa: F401
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PHEME_RAW = SHARED / "data" / "pheme" / "pheme_raw.json"
 PHEME_CLEAN = SHARED / "data" / "pheme" / "pheme_clean.json"

@@ -66,6 +66,14 @@ def _last_manifest(workspace) -> dict:
         ("hdp-lda", ["--m2-option", "nope=1"], "has no option(s) ['nope']"),
         ("hdp-lda", ["--m2-option", "clip=-3"], "clipping bound C must be"),
         ("hdp-lda", ["--m2-option", "clip"], "a mechanism option is key=value"),
+        ("dp-vi", ["--m2-option", "clip=-1"], "clip (the per-unit L2 bound C) must be"),
+        ("dp-vi", ["--m2-option", "sampling_rate=1.5"], "sampling_rate"),
+        ("spectral", ["--m2-option", "config=5"], "config"),
+        ("spectral", ["--m2-option", "config=3"], "--mechanism spectral-unproven"),
+        ("topicdp", ["--m2-option", "gamma=2"], "gamma"),
+        ("topicdp-mvg", ["--m2-option", "trainer=magic"], "unknown trainer"),
+        ("zhu", ["--allow-unproven", "--m2-option", "alpha=0"], "alpha must be"),
+        ("cdp-lda", ["--allow-unproven", "--m2-option", "iterations=3"], "has no option"),
     ],
 )
 def test_invalid_mechanism_parameters_exit_2_and_spend_nothing(

@@ -344,7 +344,8 @@ def spectral_params(
         raise BadInputError(
             f"config {config} calibrates noise to the tensor power method's sensitivity "
             "(Theorems 6-7, Lemma 9), which is not bounded for every corpus: it is not DP. "
-            "Use config 1 or 2, or the claimed-unproven spectral mechanism for comparisons"
+            "Use config 1 or 2, or --mechanism spectral-unproven (with --allow-unproven, "
+            "or in fdptm compare)"
         )
     if config not in UNPROVEN_CONFIGS and claimed_unproven:
         raise BadInputError(
