@@ -1,7 +1,7 @@
 """A scheduled (weekly) release deployment, served by a local process.
 
-    python -m fdptm.deployments.scheduled_release --dataset pheme --epsilon 400 \
-        --delta 1e-5 --topics 5 [--cron "0 6 * * 1"] [--workspace DIR]
+    python -m fdptm.deployments.scheduled_release --dataset pheme --epsilon 5 \
+        --delta 1e-5 --topics 5 [--mechanism dp-vi] [--cron "0 6 * * 1"] [--workspace DIR]
 
 ``serve`` registers the deployment ``release/weekly-release`` with the Prefect API and runs
 its scheduled flow runs in this process until interrupted; no work pool or cloud is needed.

@@ -1,4 +1,4 @@
-"""The ``fdptm`` command line: demo, ingest, release, budget.
+"""The ``fdptm`` command line: demo, ingest, release, compare, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input (the message names the problem and
 what to do), 3 budget refused by the ledger.

@@ -74,6 +74,8 @@ def _last_manifest(workspace) -> dict:
         ("topicdp-mvg", ["--m2-option", "trainer=magic"], "unknown trainer"),
         ("zhu", ["--allow-unproven", "--m2-option", "alpha=0"], "alpha must be"),
         ("cdp-lda", ["--allow-unproven", "--m2-option", "iterations=3"], "has no option"),
+        ("topicdp-laplace", ["--m2-option", "alpha=-1"], "alpha must be"),
+        ("spectral-unproven", ["--allow-unproven", "--m2-option", "config=1"], "config"),
     ],
 )
 def test_invalid_mechanism_parameters_exit_2_and_spend_nothing(
@@ -177,6 +179,9 @@ def test_compare_is_internal_and_spends_nothing(pheme_ws, capsys):
         ("spectral", [], "approximate-dp", "document-replace", "document-replace"),
         ("topicdp-laplace", [], "approximate-dp", "document", "document"),
         ("topicdp", ["--m2-option", "gamma=0.3"], "random-dp", "document", "document"),
+        ("topicdp-mvg", ["--m2-option", "gamma=0.3"], "random-dp", "document", "document"),
+        ("cdp-lda", ["--allow-unproven"], "claimed-unproven", "word", "word"),
+        ("cdp-lda-plus", ["--allow-unproven"], "claimed-unproven", "word", "word"),
         (
             "spectral-unproven",
             ["--allow-unproven", "--m2-option", "config=4"],
@@ -205,9 +210,13 @@ def test_each_mechanism_releases_with_its_stated_guarantee(
         assert g["gamma"] == pytest.approx(0.3) and "NOT plain differential privacy" in out
     if notion == "approximate-dp":
         assert g["statement"] == "(20, 1e-05)-DP"
+    if mechanism == "cdp-lda-plus":  # charged by basic composition, PLD total reported
+        acc = m2["accounting"]
+        assert acc["basic_epsilon"] == pytest.approx(m2["epsilon"])
+        assert acc["tight_epsilon"] <= acc["basic_epsilon"]
 
 
-def test_author_level_spectral_is_author_replace_by_group_privacy(tmp_path, pheme_raw):
+def test_author_datasets_spectral_by_group_privacy_and_dp_vi_per_author(tmp_path, pheme_raw):
     from fdptm.storage.workspace import Workspace
 
     texts = json.loads(pheme_raw.read_text())["text"][:3000]
@@ -245,6 +254,31 @@ def test_author_level_spectral_is_author_replace_by_group_privacy(tmp_path, phem
         "group privacy" in m2["accounting"]["accountant"] and "3" in m2["accounting"]["accountant"]
     )
     assert g["epsilon"] == pytest.approx(30.0)
+    rc = main(
+        [
+            "release",
+            *args,
+            "--epsilon",
+            "10",
+            "--delta",
+            "1e-5",
+            "--topics",
+            "4",
+            "--mechanism",
+            "dp-vi",
+            "--iterations",
+            "5",
+            "--seed",
+            "1",
+            "--no-progress",
+            "--workspace",
+            str(workspace.root),
+        ]
+    )
+    assert rc == 0
+    manifest = _last_manifest(workspace)
+    assert manifest["guarantee"]["adjacency"] == "author"  # dp-vi clips per author
+    assert manifest["stages"][1]["accounting"]["adjacency"] == "author"
 
 
 def test_every_registered_mechanism_loads_and_lists_its_options():

@@ -17,7 +17,9 @@ Every M2 states its notion of privacy, its adjacency and its parameters. Two not
   manifest says the guarantee is unproven; the ledger still charges the claimed budget.
 
 Iterative mechanisms that a tighter accountant (RDP or PLD) bounds also report what basic
-composition gives (``basic_epsilon``, ``basic_delta``), and ``event`` is a DpEvent-like
+composition gives (``basic_epsilon``, ``basic_delta``); those charged by basic composition
+report the tighter accountant's figure in ``tight_epsilon`` at ``tight_delta`` (reported,
+not charged: their plan gives them no delta). ``event`` is a DpEvent-like
 description (the dp-accounting package's vocabulary: gaussian, laplace, self_composed,
 poisson_sampled, composed) that lets an audit recompute the totals.
 """
@@ -47,6 +49,8 @@ class Guarantee:
     basic_epsilon: float | None = None
     basic_delta: float | None = None
     event: dict = field(default_factory=dict)
+    tight_epsilon: float | None = None
+    tight_delta: float | None = None
 
     def __post_init__(self) -> None:
         if self.notion not in NOTIONS:
@@ -64,6 +68,8 @@ class Guarantee:
             "accountant": self.accountant,
             "basic_epsilon": self.basic_epsilon,
             "basic_delta": self.basic_delta,
+            "tight_epsilon": self.tight_epsilon,
+            "tight_delta": self.tight_delta,
             "event": self.event,
         }
 

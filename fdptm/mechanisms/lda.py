@@ -99,6 +99,8 @@ class HdpLdaParams:
             basic_epsilon=hdp_lda_epsilon(self),
             basic_delta=0.0,
             event=event,
+            tight_epsilon=tight,
+            tight_delta=self.reporting_delta,
         )
 
 

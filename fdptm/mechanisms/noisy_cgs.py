@@ -109,6 +109,8 @@ class NoisyCgsParams:
             basic_epsilon=self.epsilon if tight is not None else None,
             basic_delta=0.0 if tight is not None else None,
             event=event,
+            tight_epsilon=tight,
+            tight_delta=self.reporting_delta if tight is not None else None,
         )
 
 
