@@ -23,18 +23,18 @@ def pheme_ws(tmp_path_factory, pheme_raw, prefect_harness):
     return workspace
 
 
-def _release(workspace, mechanism, *extra, epsilon="40"):
+def _release(workspace, mechanism, *extra, epsilon="40", dataset="pheme", topics="5"):
     return main(
         [
             "release",
             "--dataset",
-            "pheme",
+            dataset,
             "--epsilon",
             epsilon,
             "--delta",
             "1e-5",
             "--topics",
-            "5",
+            topics,
             "--iterations",
             "10",
             "--mechanism",
@@ -225,26 +225,8 @@ def test_author_datasets_spectral_by_group_privacy_and_dp_vi_per_author(tmp_path
     path.write_text("\n".join(json.dumps(r) for r in rows))
     workspace = Workspace.resolve(tmp_path / "ws")
     ingest(path, "authored", workspace)
-    args = ["--dataset", "authored", "--max-docs-per-author", "3"]
-    rc = main(
-        [
-            "release",
-            *args,
-            "--epsilon",
-            "30",
-            "--delta",
-            "1e-5",
-            "--topics",
-            "4",
-            "--mechanism",
-            "spectral",
-            "--seed",
-            "1",
-            "--no-progress",
-            "--workspace",
-            str(workspace.root),
-        ]
-    )
+    bound = ("--max-docs-per-author", "3")
+    rc = _release(workspace, "spectral", *bound, epsilon="30", dataset="authored", topics="4")
     assert rc == 0
     manifest = _last_manifest(workspace)
     g = manifest["guarantee"]
@@ -254,27 +236,7 @@ def test_author_datasets_spectral_by_group_privacy_and_dp_vi_per_author(tmp_path
         "group privacy" in m2["accounting"]["accountant"] and "3" in m2["accounting"]["accountant"]
     )
     assert g["epsilon"] == pytest.approx(30.0)
-    rc = main(
-        [
-            "release",
-            *args,
-            "--epsilon",
-            "10",
-            "--delta",
-            "1e-5",
-            "--topics",
-            "4",
-            "--mechanism",
-            "dp-vi",
-            "--iterations",
-            "5",
-            "--seed",
-            "1",
-            "--no-progress",
-            "--workspace",
-            str(workspace.root),
-        ]
-    )
+    rc = _release(workspace, "dp-vi", *bound, epsilon="10", dataset="authored", topics="4")
     assert rc == 0
     manifest = _last_manifest(workspace)
     assert manifest["guarantee"]["adjacency"] == "author"  # dp-vi clips per author

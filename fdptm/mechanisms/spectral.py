@@ -556,7 +556,7 @@ def _inverse_sqrt(matrix: np.ndarray, floor: float) -> np.ndarray:
     return (vecs / np.sqrt(np.maximum(vals, floor))) @ vecs.T
 
 
-def _private_eigenpairs(
+def _exact_eigenpairs(
     moments: DocumentMoments, k: int, generator: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k eigenpairs of the noiseless M2_hat (dense when small, Lanczos otherwise)."""
@@ -573,7 +573,15 @@ def _config1(
     scales = 1.0 / np.sqrt(_positive(vals))
     sigma3 = noise_scales(params, moments.n_docs)["m3"]
     tensor = moments.m3_project(vecs * scales) + projected_m3_noise(sigma3, scales, noise)
-    _, components = tensor_power_method(
+    _, components = _decompose(tensor, k, params, noise, progress)
+    return (vecs / scales) @ components
+
+
+def _decompose(
+    tensor: np.ndarray, k: int, params: SpectralParams, noise: NoiseSource, progress: Progress
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor power method on the symmetrised whitened tensor, with the run's settings."""
+    return tensor_power_method(
         symmetrize(tensor),
         k,
         restarts=params.restarts,
@@ -581,7 +589,6 @@ def _config1(
         generator=noise.generator,
         progress=progress,
     )
-    return (vecs / scales) @ components
 
 
 def _config2(
@@ -605,14 +612,7 @@ def _config2(
     local = whitened_tensor_sensitivity(margin, high, d2, d3)
     tensor = multilinear(m3_basis, _inverse_sqrt(compressed, margin))
     tensor += noise.gaussian(local * params.step("tensor").multiplier, (k, k, k))
-    _, components = tensor_power_method(
-        symmetrize(tensor),
-        k,
-        restarts=params.restarts,
-        iterations=params.power_iterations,
-        generator=noise.generator,
-        progress=progress,
-    )
+    _, components = _decompose(tensor, k, params, noise, progress)
     return (basis * np.sqrt(_positive(vals))) @ components
 
 
@@ -620,16 +620,9 @@ def _noiseless_decomposition(
     moments: DocumentMoments, k: int, params: SpectralParams, noise: NoiseSource, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Eigenpairs of M2_hat and the power method on M3_hat(W, W, W) (configs 3, 4)."""
-    vals, vecs = _private_eigenpairs(moments, k, noise.generator)
+    vals, vecs = _exact_eigenpairs(moments, k, noise.generator)
     tensor = moments.m3_project(vecs / np.sqrt(_positive(vals)))
-    lambdas, components = tensor_power_method(
-        symmetrize(tensor),
-        k,
-        restarts=params.restarts,
-        iterations=params.power_iterations,
-        generator=noise.generator,
-        progress=progress,
-    )
+    lambdas, components = _decompose(tensor, k, params, noise, progress)
     return vals, vecs, lambdas, components
 
 
@@ -773,7 +766,7 @@ def train_spectral_nonprivate(
     """The same estimator without noise; returns phi (topics x words). NOT DP."""
     _check_corpus(corpus, n_topics)
     moments = DocumentMoments.from_tokens(corpus.doc_ptr, corpus.words, corpus.n_words, alpha0)
-    vals, vecs = _private_eigenpairs(moments, n_topics, noise.generator)
+    vals, vecs = _exact_eigenpairs(moments, n_topics, noise.generator)
     scales = 1.0 / np.sqrt(_positive(vals))
     _, components = tensor_power_method(
         symmetrize(moments.m3_project(vecs * scales)),
