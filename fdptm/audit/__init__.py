@@ -1,0 +1,1 @@
+"""Privacy and utility audits of releases (internal, not DP)."""
