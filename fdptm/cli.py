@@ -1,7 +1,7 @@
-"""The ``fdptm`` command line: demo, ingest, release, compare, budget.
+"""The ``fdptm`` command line: demo, ingest, release, compare, audit, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input (the message names the problem and
-what to do), 3 budget refused by the ledger.
+what to do), 3 budget refused by the ledger, 4 an audit found more leakage than claimed.
 """
 
 from __future__ import annotations
@@ -144,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--no-progress", action="store_true")
     workspace(cmp)
 
+    aud = sub.add_parser(
+        "audit",
+        help="membership-inference audit of a release (internal, not DP; exit 4 on failure)",
+    )
+    aud.add_argument("--run", required=True, help="run id of the release to audit")
+    aud.add_argument("--shadows", type=int, default=16, help="shadow models (default 16)")
+    aud.add_argument("--mode", choices=["online", "offline"], default="online")
+    aud.add_argument("--seed", type=int)
+    aud.add_argument("--confidence", type=float, default=0.95)
+    aud.add_argument("--no-progress", action="store_true")
+    workspace(aud)
+
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "ingest": cmd_ingest,
             "release": cmd_release,
             "compare": cmd_compare,
+            "audit": cmd_audit,
             "budget": cmd_budget,
         }[args.command](args)
     except FdptmError as exc:
@@ -289,6 +302,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     print(result["markdown"])
     print(f"written to {result['path']} (internal: not DP, do not publish)")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks.audit import AuditSpec, audit_run
+
+    spec = AuditSpec(
+        run_id=args.run,
+        workspace=str(Workspace.resolve(args.workspace).root),
+        shadows=args.shadows,
+        mode=args.mode,
+        seed=args.seed,
+        confidence=args.confidence,
+    )
+    with tqdm(total=args.shadows + 1, desc="audit models", disable=args.no_progress) as bar:
+        report = audit_run(spec, bar.update)
+    claim = report["claim_per_document"]
+    print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
+    print(f"claim per document: epsilon={claim['epsilon']} ({claim['reason']})")
+    for name, r in report["attacks"].items():
+        b = r["epsilon_lower_bound"]
+        print(
+            f"  {name:<24} AUC {r['auc']:.3f}  TPR@0.1% {r['tpr_at_fpr_0.001']:.3f}  "
+            f"TPR@1% {r['tpr_at_fpr_0.01']:.3f}  epsilon >= {b['epsilon']:.3f}"
+        )
+    print(f"report: {report['path']}")
     return 0
 
 

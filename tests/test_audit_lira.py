@@ -46,3 +46,11 @@ def test_roc_by_hand():
     assert curve.fpr.tolist() == [0.0, 0.0, 0.5, 1.0]
     assert curve.auc() == pytest.approx(0.875)
     assert curve.tpr_at(0.0) == 0.5 and curve.tpr_at(0.5) == 1.0
+
+
+def test_a_document_no_shadow_saw_gets_no_score():
+    shadow = np.zeros((4, 2))
+    shadow_in = np.array([[True, False]] * 4)  # document 0 always in, document 1 always out
+    scores = online_scores(shadow, shadow_in, np.zeros(2))
+    assert np.isnan(scores).all()
+    assert np.isnan(offline_scores(shadow, shadow_in, np.zeros(2))[0])

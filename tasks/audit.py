@@ -1,0 +1,195 @@
+"""The membership-inference audit of a release run (FDPTM paper, sections 3 and 4.4).
+
+``audit_run`` re-runs the audited release's configuration (its bounded tokens, M1 and M2 at
+the run's own budgets, fresh noise) on a target half and on ``shadows`` random halves of its
+documents, scores every document under every model (``zeta`` and theta-hat), and attacks the
+target with LiRA (online or offline) and the three Huang et al. baselines. For each attack
+it reports AUC, TPR at FPR 0.1% and 1%, and the empirical epsilon lower bound (threshold
+chosen on half of the documents, Clopper-Pearson on the other half), against the release's
+claim restated for one document. A bound above the claim fails the audit (exit code 4).
+
+Nothing here is DP and nothing is released: the audit reads private data and its results
+are internal artifacts (``internal/audits/<audit_id>/``); the ledger is not charged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fdptm.audit.bound import claim_per_document, split_bound
+from fdptm.audit.lira import offline_scores, online_scores, roc
+from fdptm.audit.shadows import half_masks, score_documents, train_on
+from fdptm.errors import BadInputError, FdptmError
+from fdptm.mechanisms.set_union import set_union_params
+from fdptm.privacy.accountant import plan_budget
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.privacy.noise import NoiseSource
+from fdptm.storage.artifacts import read_parquet, write_json
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.ledger import Ledger
+from fdptm.storage.workspace import Workspace
+from fdptm.tasks.bounding import Bounds
+from fdptm.tasks.preprocess import PreConfig
+from fdptm.tasks.spec import RunSpec
+
+MODES = ("online", "offline")
+FPRS = (0.001, 0.01)
+
+
+class AuditFailedError(FdptmError):
+    """An attack's empirical epsilon lower bound exceeds the release's claim."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    run_id: str
+    workspace: str
+    shadows: int = 16
+    mode: str = "online"
+    seed: int | None = None
+    confidence: float = 0.95
+
+
+def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
+    """The audited run's parameters, as its ``runs`` row recorded them."""
+    rows = catalog.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    released = catalog.query("SELECT 1 FROM releases WHERE run_id = ?", [run_id])
+    if not rows or rows[0]["kind"] != "release" or not released:
+        raise BadInputError(
+            f"no published release with run id {run_id!r}; list releases with "
+            "`fdptm budget --dataset NAME` (its entries name their runs)"
+        )
+    params = json.loads(rows[0]["params"])
+    params.pop("seeded", None)
+    params["bounds"] = Bounds(**params["bounds"])
+    params["pre"] = PreConfig(**params["pre"])
+    params["batches"] = tuple(params["batches"])
+    return RunSpec(**params)
+
+
+def _trainer(spec: RunSpec, m2_params) -> Callable:
+    def train(corpus, noise):
+        return spec.m2.train(corpus, spec.topics, m2_params, noise)
+
+    return train
+
+
+def _attack_summary(scores: np.ndarray, members: np.ndarray, delta: float, spec: AuditSpec):
+    curve = roc(scores, members)
+    seed = 0 if spec.seed is None else spec.seed
+    bound = split_bound(scores, members, delta=delta, confidence=spec.confidence, seed=seed)
+    return {
+        "auc": curve.auc(),
+        **{f"tpr_at_fpr_{f:g}": curve.tpr_at(f) for f in FPRS},
+        "epsilon_lower_bound": bound.to_dict(),
+    }
+
+
+def audit_run(spec: AuditSpec, progress: Callable[[int], None] | None = None) -> dict:
+    """Run the audit; returns the report (also written as an internal artifact)."""
+    if spec.mode not in MODES:
+        raise BadInputError(f"unknown audit mode {spec.mode!r}; one of {MODES}")
+    if not isinstance(spec.shadows, int) or spec.shadows < 2:
+        raise BadInputError(f"an audit needs at least 2 shadow models, got {spec.shadows!r}")
+    workspace = Workspace.resolve(spec.workspace).require()
+    catalog = Catalog(workspace)
+    run = release_spec(catalog, spec.run_id)
+    ledger = Ledger(catalog)
+    unit = ledger.default_unit(run.dataset)
+    docs_are_units = ledger.authors_are_documents(run.dataset)
+    plan = plan_budget(
+        run.epsilon, run.delta, run.stage_specs(unit), authors_are_documents=docs_are_units
+    )
+    m1, m2 = plan.stage("vocabulary"), plan.stage("train")
+    m1_params = set_union_params(
+        run.set_union_policy,
+        m1.epsilon,
+        m1.delta,
+        alpha=run.set_union_alpha,
+        max_items=run.max_items_per_author,
+    )
+    train = _trainer(run, run.m2_params(m2.epsilon, m2.delta, unit))
+    bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
+    bounded = read_parquet(workspace.root / bounded_row["path"], bounded_row["sha256"])
+    n_docs = bounded.num_rows
+    if n_docs < 20:
+        raise BadInputError(f"the run has {n_docs} documents; an audit needs at least 20")
+    gen = NoiseSource.create(spec.seed, 70).generator
+    masks = half_masks(n_docs, spec.shadows + 1, gen)
+    statistics = []
+    for i, mask in enumerate(masks):
+        noise = NoiseSource.create(spec.seed, 100 + i)
+        model = train_on(bounded, mask, m1_params, train, noise)
+        statistics.append(score_documents(model, bounded, run.topics))
+        if progress:
+            progress(1)
+    target_mask, shadow_masks = masks[0], masks[1:]
+    target = statistics[0].zeta
+    shadow = np.stack([s.zeta for s in statistics[1:]])
+    lira = online_scores if spec.mode == "online" else offline_scores
+    manifest = json.loads(
+        (workspace.release_dir(spec.run_id) / "manifest.json").read_text(encoding="utf-8")
+    )
+    g = manifest["guarantee"]
+    claim = claim_per_document(
+        g["epsilon"],
+        g["delta"],
+        Adjacency(g["adjacency"]),
+        authors_are_documents=docs_are_units,
+        max_tokens_per_doc=run.bounds.max_tokens_per_doc,
+    )
+    delta = claim.delta if claim.delta is not None else g["delta"]
+    stats = statistics[0]
+    attacks = {
+        f"lira-{spec.mode}": lira(shadow, shadow_masks, target),
+        "huang-max-posterior": stats.max_posterior_logit(),
+        "huang-std": stats.std(),
+        "huang-negative-entropy": stats.negative_entropy(),
+    }
+    results = {
+        name: _attack_summary(np.nan_to_num(s, nan=-np.inf), target_mask, delta, spec)
+        for name, s in attacks.items()
+    }
+    worst = max(r["epsilon_lower_bound"]["epsilon"] for r in results.values())
+    failed = claim.epsilon is not None and worst > claim.epsilon
+    report = {
+        "note": "Internal audit, NOT differentially private: computed from the private "
+        "documents by training models on them. Never publish it.",
+        "run_id": spec.run_id,
+        "dataset": run.dataset,
+        "mode": spec.mode,
+        "shadows": spec.shadows,
+        "confidence": spec.confidence,
+        "documents": n_docs,
+        "release_guarantee": {k: g[k] for k in ("notion", "epsilon", "delta", "adjacency")},
+        "claim_per_document": claim.to_dict(),
+        "attacks": results,
+        "largest_lower_bound": worst,
+        "verdict": "failed" if failed else "passed",
+    }
+    out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"
+    sha = write_json(report, out / "audit.json")
+    catalog.register_artifact(
+        f"audit/{spec.run_id}/{spec.mode}",
+        spec.run_id,
+        "audit",
+        str((out / "audit.json").relative_to(workspace.root)),
+        sha,
+        "internal",
+        len(results),
+    )
+    if failed:
+        raise AuditFailedError(
+            f"audit of {spec.run_id} FAILED: an attack shows epsilon >= {worst:.4g} per "
+            f"document with {spec.confidence:.0%} confidence, above the release's claim of "
+            f"{claim.epsilon:.4g} ({claim.reason}). Suspect M2 ({run.mechanism}) first, then "
+            f"M1 (dp-set-union/{run.set_union_policy}). Report: {out / 'audit.json'}"
+        )
+    report["path"] = str(out / "audit.json")
+    return report

@@ -1,0 +1,51 @@
+"""`fdptm audit` on a real release: internal report, nothing in the release area, no spend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fdptm.cli import main
+from fdptm.storage.catalog import Catalog
+from fdptm.tasks.ingest import ingest
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
+    from fdptm.storage.workspace import Workspace
+
+    workspace = Workspace.resolve(tmp_path / "ws")
+    ingest(pheme_raw, "pheme", workspace)
+    ws = ["--workspace", str(workspace.root)]
+    args = ["--dataset", "pheme", "--epsilon", "5", "--delta", "1e-5", "--topics", "5"]
+    assert main(["release", *args, "--iterations", "10", "--seed", "2", "--no-progress", *ws]) == 0
+    capsys.readouterr()
+    catalog = Catalog(workspace)
+    run_id = catalog.query("SELECT run_id FROM releases")[0]["run_id"]
+    release_files = sorted(p.name for p in (workspace.root / "releases" / run_id).iterdir())
+    ledger_before = catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"]
+    audit = ["audit", "--run", run_id, "--shadows", "4", "--seed", "1", "--no-progress", *ws]
+    assert main(audit) == 0
+    out = capsys.readouterr().out
+    assert "NOT differentially private" in out and "lira-online" in out
+    report_row = catalog.query("SELECT path, visibility FROM artifacts WHERE stage = 'audit'")[0]
+    assert report_row["visibility"] == "internal" and report_row["path"].startswith("internal/")
+    report = json.loads((workspace.root / report_row["path"]).read_text())
+    assert report["verdict"] == "passed" and report["shadows"] == 4
+    assert report["claim_per_document"]["epsilon"] == pytest.approx(5.0)
+    assert set(report["attacks"]) == {
+        "lira-online",
+        "huang-max-posterior",
+        "huang-std",
+        "huang-negative-entropy",
+    }
+    # the audit writes nothing into the release area and charges nothing
+    assert sorted(p.name for p in (workspace.root / "releases" / run_id).iterdir()) == (
+        release_files
+    )
+    assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == ledger_before
+    assert main(["audit", "--run", "nope", *ws]) == 2
+    assert "no published release" in capsys.readouterr().err
+    assert main(["audit", "--run", run_id, "--shadows", "1", *ws]) == 2
