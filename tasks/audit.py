@@ -37,6 +37,7 @@ from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.spec import RunSpec
 
 MODES = ("online", "offline")
+LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
 FPRS = (0.001, 0.01)
 
 
@@ -67,6 +68,10 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
         )
     params = json.loads(rows[0]["params"])
     params.pop("seeded", None)
+    options = params.setdefault("m2_options", {})
+    for old, new in LEGACY_OPTIONS.items():  # runs recorded before the M2 registry
+        if old in params:
+            options[new] = params.pop(old)
     params["bounds"] = Bounds(**params["bounds"])
     params["pre"] = PreConfig(**params["pre"])
     params["batches"] = tuple(params["batches"])
