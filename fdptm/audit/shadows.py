@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from fdptm.audit.statistics import DocumentStatistics, document_statistics
+from fdptm.evaluation.metrics import doc_word_matrix
 from fdptm.mechanisms.lda import Corpus
 from fdptm.mechanisms.set_union import SetUnionParams
 from fdptm.privacy.noise import NoiseSource
@@ -70,9 +71,5 @@ def score_documents(model: TrainedModel, bounded: pa.Table, n_topics: int) -> Do
         n = bounded.num_rows
         return DocumentStatistics(np.zeros(n), np.full((n, n_topics), 1.0 / n_topics))
     corpus = corpus_of(sanitize(bounded, model.words), len(model.words))
-    keep = corpus.words < len(model.words)
-    owner = np.repeat(np.arange(corpus.n_docs), np.diff(corpus.doc_ptr))
-    ptr = np.zeros(corpus.n_docs + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner[keep], minlength=corpus.n_docs), out=ptr[1:])
-    in_vocabulary = Corpus(ptr, corpus.words[keep], len(model.words))
+    in_vocabulary = doc_word_matrix(corpus)[:, : len(model.words)]  # the OOV column dropped
     return document_statistics(model.phi, in_vocabulary)

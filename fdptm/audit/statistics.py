@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 from fdptm.kernels import zeta as kernel
-from fdptm.mechanisms.lda import Corpus
 
 
 @dataclass(frozen=True)
@@ -35,39 +35,29 @@ class DocumentStatistics:
         return (self.theta * np.log(t)).sum(axis=1)
 
 
-def bag_of_words(corpus: Corpus) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR (doc_ptr, word_ids, counts) of each document's distinct words."""
-    lengths = np.diff(corpus.doc_ptr)
-    owner = np.repeat(np.arange(corpus.n_docs, dtype=np.int64), lengths)
-    keys = owner * corpus.n_words + corpus.words
-    unique, counts = np.unique(keys, return_counts=True)
-    docs, words = np.divmod(unique, corpus.n_words)
-    ptr = np.searchsorted(docs, np.arange(corpus.n_docs + 1)).astype(np.int64)
-    return ptr, words.astype(np.int64), counts.astype(np.float64)
-
-
 def document_statistics(
     phi: np.ndarray,
-    corpus: Corpus,
+    counts: sparse.csr_matrix,
     *,
     max_iterations: int = 100_000,
     tolerance: float = 1e-6,
 ) -> DocumentStatistics:
-    """zeta(Phi, d) and theta-hat for every document of ``corpus`` (words index Phi's columns).
+    """zeta(Phi, d) and theta-hat for every row of ``counts`` (documents x Phi's words, e.g.
+    ``fdptm.evaluation.metrics.doc_word_matrix``).
 
     Each zeta is within ``tolerance`` (nats) of the maximum: the kernel stops on the
     duality gap. A word with probability 0 in every topic makes zeta minus infinity, as
     eq. 3 says.
     """
-    if phi.shape[1] != corpus.n_words:
-        raise ValueError(f"Phi has {phi.shape[1]} words, the corpus {corpus.n_words}")
-    ptr, words, counts = bag_of_words(corpus)
-    theta = np.empty((corpus.n_docs, phi.shape[0]))
-    zeta = np.empty(corpus.n_docs)
+    if phi.shape[1] != counts.shape[1]:
+        raise ValueError(f"Phi has {phi.shape[1]} words, the counts {counts.shape[1]}")
+    counts = counts.tocsr()
+    theta = np.empty((counts.shape[0], phi.shape[0]))
+    zeta = np.empty(counts.shape[0])
     kernel.zeta_all(
-        ptr,
-        words,
-        counts,
+        counts.indptr.astype(np.int64),
+        counts.indices.astype(np.int64),
+        counts.data.astype(np.float64),
         np.ascontiguousarray(phi.T, dtype=np.float64),
         max_iterations,
         tolerance,
