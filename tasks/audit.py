@@ -17,14 +17,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fdptm.audit.bound import claim_per_document, split_bound
 from fdptm.audit.lira import offline_scores, online_scores, roc
 from fdptm.audit.shadows import half_masks, score_documents, train_on
+from fdptm.audit.statistics import DocumentStatistics
 from fdptm.errors import BadInputError, FdptmError
-from fdptm.mechanisms.set_union import set_union_params
+from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import plan_budget
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -78,13 +81,6 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
     return RunSpec(**params)
 
 
-def _trainer(spec: RunSpec, m2_params) -> Callable:
-    def train(corpus, noise):
-        return spec.m2.train(corpus, spec.topics, m2_params, noise)
-
-    return train
-
-
 def _attack_summary(scores: np.ndarray, members: np.ndarray, delta: float, spec: AuditSpec):
     curve = roc(scores, members)
     seed = 0 if spec.seed is None else spec.seed
@@ -96,8 +92,22 @@ def _attack_summary(scores: np.ndarray, members: np.ndarray, delta: float, spec:
     }
 
 
-def audit_run(spec: AuditSpec, progress: Callable[[int], None] | None = None) -> dict:
-    """Run the audit; returns the report (also written as an internal artifact)."""
+@dataclass(frozen=True)
+class AuditPlan:
+    """What every model of an audit needs: picklable, so models can run in other processes."""
+
+    spec: AuditSpec
+    run: RunSpec
+    m1: SetUnionParams
+    m2: Any
+    bounded_path: str
+    bounded_sha256: str
+    masks: np.ndarray
+    authors_are_documents: bool
+
+
+def plan_audit(spec: AuditSpec) -> AuditPlan:
+    """Validate the request and fix the run's budgets, inputs and the models' halves."""
     if spec.mode not in MODES:
         raise BadInputError(f"unknown audit mode {spec.mode!r}; one of {MODES}")
     if not isinstance(spec.shadows, int) or spec.shadows < 2:
@@ -119,22 +129,54 @@ def audit_run(spec: AuditSpec, progress: Callable[[int], None] | None = None) ->
         alpha=run.set_union_alpha,
         max_items=run.max_items_per_author,
     )
-    train = _trainer(run, run.m2_params(m2.epsilon, m2.delta, unit))
     bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
-    bounded = read_parquet(workspace.root / bounded_row["path"], bounded_row["sha256"])
-    n_docs = bounded.num_rows
+    n_docs = bounded_row["n_rows"]
     if n_docs < 20:
         raise BadInputError(f"the run has {n_docs} documents; an audit needs at least 20")
     gen = NoiseSource.create(spec.seed, 70).generator
-    masks = half_masks(n_docs, spec.shadows + 1, gen)
+    return AuditPlan(
+        spec,
+        run,
+        m1_params,
+        run.m2_params(m2.epsilon, m2.delta, unit),
+        str(workspace.root / bounded_row["path"]),
+        bounded_row["sha256"],
+        half_masks(n_docs, spec.shadows + 1, gen),
+        docs_are_units,
+    )
+
+
+def model_statistics(plan: AuditPlan, index: int) -> DocumentStatistics:
+    """Train model ``index`` (0 is the target) on its half; score every document under it."""
+    bounded = read_parquet(Path(plan.bounded_path), plan.bounded_sha256)
+    noise = NoiseSource.create(plan.spec.seed, 100 + index)
+
+    def train(corpus, noise):
+        return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
+
+    model = train_on(bounded, plan.masks[index], plan.m1, train, noise)
+    return score_documents(model, bounded, plan.run.topics)
+
+
+def audit_run(spec: AuditSpec, progress: Callable[[int], None] | None = None) -> dict:
+    """The whole audit in this process, model after model (the flow fans models out)."""
+    plan = plan_audit(spec)
     statistics = []
-    for i, mask in enumerate(masks):
-        noise = NoiseSource.create(spec.seed, 100 + i)
-        model = train_on(bounded, mask, m1_params, train, noise)
-        statistics.append(score_documents(model, bounded, run.topics))
+    for i in range(len(plan.masks)):
+        statistics.append(model_statistics(plan, i))
         if progress:
             progress(1)
-    target_mask, shadow_masks = masks[0], masks[1:]
+    return conclude(plan, statistics)
+
+
+def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
+    """Attack the target with every model's statistics; write the report; fail loudly."""
+    spec, run = plan.spec, plan.run
+    workspace = Workspace.resolve(spec.workspace)
+    catalog = Catalog(workspace)
+    docs_are_units = plan.authors_are_documents
+    n_docs = plan.masks.shape[1]
+    target_mask, shadow_masks = plan.masks[0], plan.masks[1:]
     target = statistics[0].zeta
     shadow = np.stack([s.zeta for s in statistics[1:]])
     lira = online_scores if spec.mode == "online" else offline_scores
