@@ -153,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--mode", choices=["online", "offline"], default="online")
     aud.add_argument("--seed", type=int)
     aud.add_argument("--confidence", type=float, default=0.95)
-    aud.add_argument("--no-progress", action="store_true")
+    aud.add_argument(
+        "--workers", type=int, default=1, help="local processes for the models (default 1)"
+    )
+    aud.add_argument("--dask-address", help="run the models on this Dask cluster")
     workspace(aud)
 
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
@@ -306,10 +309,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    from fdptm.flows.audit import audit
     from fdptm.storage.workspace import Workspace
-    from fdptm.tasks.audit import AuditSpec, audit_run
+    from fdptm.tasks.audit import AuditSpec
 
     spec = AuditSpec(
         run_id=args.run,
@@ -319,8 +323,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         seed=args.seed,
         confidence=args.confidence,
     )
-    with tqdm(total=args.shadows + 1, desc="audit models", disable=args.no_progress) as bar:
-        report = audit_run(spec, bar.update)
+    if args.workers < 1:
+        raise BadInputError(f"--workers must be >= 1, got {args.workers}")
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        report = audit(spec, workers=args.workers, dask_address=args.dask_address)
     claim = report["claim_per_document"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
     print(f"claim per document: epsilon={claim['epsilon']} ({claim['reason']})")

@@ -1,21 +1,22 @@
 """The membership-inference audit of a release run (FDPTM paper, sections 3 and 4.4).
 
-``audit_run`` re-runs the audited release's configuration (its bounded tokens, M1 and M2 at
-the run's own budgets, fresh noise) on a target half and on ``shadows`` random halves of its
-documents, scores every document under every model (``zeta`` and theta-hat), and attacks the
-target with LiRA (online or offline) and the three Huang et al. baselines. For each attack
-it reports AUC, TPR at FPR 0.1% and 1%, and the empirical epsilon lower bound (threshold
-chosen on half of the documents, Clopper-Pearson on the other half), against the release's
-claim restated for one document. A bound above the claim fails the audit (exit code 4).
+``plan_audit``, ``model_statistics`` and ``conclude`` re-run the audited release's
+configuration (its bounded tokens, M1 and M2 at the run's own budgets, fresh noise) on a
+target half and on ``shadows`` random halves of its documents, score every document under
+every model (``zeta`` and theta-hat), and attack the target with LiRA (online or offline)
+and the three Huang et al. baselines. For each attack they report AUC, TPR at FPR 0.1% and
+1%, and the empirical epsilon lower bound (threshold chosen on half of the documents,
+Clopper-Pearson on the other half), against the release's claim restated for one document.
+A bound above the claim fails the audit (exit code 4). ``flows/audit.py`` runs the models
+as tasks.
 
 Nothing here is DP and nothing is released: the audit reads private data and its results
-are internal artifacts (``internal/audits/<audit_id>/``); the ledger is not charged.
+are internal artifacts (``internal/audits/<run_id>-<mode>/``); the ledger is not charged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,17 +157,6 @@ def model_statistics(plan: AuditPlan, index: int) -> DocumentStatistics:
 
     model = train_on(bounded, plan.masks[index], plan.m1, train, noise)
     return score_documents(model, bounded, plan.run.topics)
-
-
-def audit_run(spec: AuditSpec, progress: Callable[[int], None] | None = None) -> dict:
-    """The whole audit in this process, model after model (the flow fans models out)."""
-    plan = plan_audit(spec)
-    statistics = []
-    for i in range(len(plan.masks)):
-        statistics.append(model_statistics(plan, i))
-        if progress:
-            progress(1)
-    return conclude(plan, statistics)
 
 
 def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:

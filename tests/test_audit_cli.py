@@ -26,7 +26,7 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     run_id = catalog.query("SELECT run_id FROM releases")[0]["run_id"]
     release_files = sorted(p.name for p in (workspace.root / "releases" / run_id).iterdir())
     ledger_before = catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"]
-    audit = ["audit", "--run", run_id, "--shadows", "4", "--seed", "1", "--no-progress", *ws]
+    audit = ["audit", "--run", run_id, "--shadows", "4", "--seed", "1", *ws]
     assert main(audit) == 0
     out = capsys.readouterr().out
     assert "NOT differentially private" in out and "lira-online" in out
@@ -46,6 +46,9 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
         release_files
     )
     assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == ledger_before
+    # the models fanned out on two local processes give the same kind of report
+    assert main([*audit[:-2], "--mode", "offline", "--workers", "2", *ws]) == 0
+    assert "lira-offline" in capsys.readouterr().out
     assert main(["audit", "--run", "nope", *ws]) == 2
     assert "no published release" in capsys.readouterr().err
     assert main(["audit", "--run", run_id, "--shadows", "1", *ws]) == 2
