@@ -16,6 +16,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from fdptm.audit.statistics import DocumentStatistics
+from fdptm.flows.release import release
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+from fdptm.storage.workspace import Workspace
 from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, plan_audit
 
 
@@ -63,3 +66,41 @@ def audit_flow(spec: AuditSpec) -> dict:
 def audit(spec: AuditSpec, workers: int = 1, dask_address: str | None = None) -> dict:
     """Run the audit flow with the task runner that ``workers`` and ``dask_address`` ask for."""
     return audit_flow.with_options(task_runner=task_runner(workers, dask_address))(spec)
+
+
+@flow(name="audited-release", log_prints=False)
+def audited_release(
+    dataset: str,
+    epsilon: float,
+    delta: float,
+    topics: int,
+    iterations: int = 20,
+    mechanism: str = DEFAULT_MECHANISM,
+    workspace: str | None = None,
+    releases_left: int | None = None,
+    shadows: int = 16,
+    mode: str = "online",
+) -> dict:
+    """A release, then its audit (an audit failure fails this flow run, exit-code 4 style).
+
+    The release is published (and its budget spent) before the audit runs; a failed audit
+    does not withdraw it but marks the run failed and says which stage is suspect, so a
+    scheduled audited release alerts loudly.
+    """
+    outcome = release(
+        dataset,
+        epsilon,
+        delta,
+        topics,
+        iterations=iterations,
+        mechanism=mechanism,
+        workspace=workspace,
+        releases_left=releases_left,
+    )
+    spec = AuditSpec(
+        run_id=outcome["run_id"],
+        workspace=str(Workspace.resolve(workspace).root),
+        shadows=shadows,
+        mode=mode,
+    )
+    return {"release": outcome, "audit": audit_flow(spec)}

@@ -45,3 +45,14 @@ def test_command_line_passes_every_parameter():
     assert dep.name == "monthly"
     assert dep.schedules[0].schedule.cron == "0 0 1 * *"
     assert dep.parameters["releases_left"] == 12 and dep.parameters["epsilon"] == 400.0
+
+
+def test_audited_release_deployment_is_monthly_with_its_audit_parameters():
+    from fdptm.deployments.audited_release import MONTHLY
+    from fdptm.deployments.audited_release import from_args as audited_from_args
+
+    args = ["--dataset", "pheme", "--epsilon", "5", "--delta", "1e-5", "--topics", "5"]
+    dep = audited_from_args([*args, "--shadows", "32"])
+    assert dep.name == "monthly-audited-release" and dep.flow_name == "audited-release"
+    assert dep.schedules[0].schedule.cron == MONTHLY
+    assert dep.parameters["shadows"] == 32 and dep.parameters["mechanism"] == "dp-vi"

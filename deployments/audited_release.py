@@ -1,0 +1,94 @@
+"""A scheduled (monthly) audited release: the release flow, then its membership audit.
+
+    python -m fdptm.deployments.audited_release --dataset pheme --epsilon 5 --delta 1e-5 \
+        --topics 5 [--shadows 16] [--cron "0 5 1 * *"] [--workspace DIR]
+
+Served by a local process like the weekly release (``deployments/scheduled_release.py``).
+Each run publishes a release through the ledger and then audits it; the audit's report is
+internal, and a failed audit fails the flow run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from prefect.deployments.runner import RunnerDeployment
+
+from fdptm.flows.audit import audited_release
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
+
+MONTHLY = "0 5 1 * *"  # the first of each month, 05:00
+
+
+def build(
+    dataset: str,
+    epsilon: float,
+    delta: float,
+    topics: int,
+    *,
+    iterations: int = 20,
+    mechanism: str = DEFAULT_MECHANISM,
+    shadows: int = 16,
+    workspace: str | None = None,
+    releases_left: int | None = None,
+    cron: str = MONTHLY,
+    name: str = "monthly-audited-release",
+) -> RunnerDeployment:
+    """The deployment object: the audited-release flow on a cron schedule."""
+    return audited_release.to_deployment(
+        name=name,
+        cron=cron,
+        parameters={
+            "dataset": dataset,
+            "epsilon": epsilon,
+            "delta": delta,
+            "topics": topics,
+            "iterations": iterations,
+            "mechanism": mechanism,
+            "workspace": workspace,
+            "releases_left": releases_left,
+            "shadows": shadows,
+        },
+        description="Scheduled FDPTM release followed by its membership-inference audit.",
+        tags=["fdptm", "release", "audit", dataset],
+    )
+
+
+def from_args(argv: list[str] | None = None) -> RunnerDeployment:
+    """The deployment the command line describes."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--topics", type=int, required=True)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS))
+    p.add_argument("--shadows", type=int, default=16)
+    p.add_argument("--workspace")
+    p.add_argument("--releases-left", type=int)
+    p.add_argument("--cron", default=MONTHLY)
+    p.add_argument("--name", default="monthly-audited-release")
+    a = p.parse_args(argv)
+    return build(
+        a.dataset,
+        a.epsilon,
+        a.delta,
+        a.topics,
+        iterations=a.iterations,
+        mechanism=a.mechanism,
+        shadows=a.shadows,
+        workspace=a.workspace,
+        releases_left=a.releases_left,
+        cron=a.cron,
+        name=a.name,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    from prefect import serve
+
+    serve(from_args(argv))
+
+
+if __name__ == "__main__":
+    main()
