@@ -25,6 +25,7 @@ import numpy as np
 
 from fdptm.audit.bound import claim_per_document, split_bound
 from fdptm.audit.lira import offline_scores, online_scores, roc
+from fdptm.audit.report import roc_plot, write_html
 from fdptm.audit.shadows import half_masks, score_documents, train_on
 from fdptm.audit.statistics import DocumentStatistics
 from fdptm.errors import BadInputError, FdptmError
@@ -189,10 +190,8 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         "huang-std": stats.std(),
         "huang-negative-entropy": stats.negative_entropy(),
     }
-    results = {
-        name: _attack_summary(np.nan_to_num(s, nan=-np.inf), target_mask, delta, spec)
-        for name, s in attacks.items()
-    }
+    attacks = {name: np.nan_to_num(s, nan=-np.inf) for name, s in attacks.items()}
+    results = {name: _attack_summary(s, target_mask, delta, spec) for name, s in attacks.items()}
     worst = max(r["epsilon_lower_bound"]["epsilon"] for r in results.values())
     failed = claim.epsilon is not None and worst > claim.epsilon
     report = {
@@ -212,6 +211,11 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
     }
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"
     sha = write_json(report, out / "audit.json")
+    plots = {}
+    for name, scores in attacks.items():
+        plots[name] = f"roc-{name}.png"
+        roc_plot(roc(scores, target_mask), f"{name} ({spec.run_id})", out / plots[name])
+    write_html(report, manifest, plots, out / "report.html")
     catalog.register_artifact(
         f"audit/{spec.run_id}/{spec.mode}",
         spec.run_id,
@@ -226,7 +230,7 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
             f"audit of {spec.run_id} FAILED: an attack shows epsilon >= {worst:.4g} per "
             f"document with {spec.confidence:.0%} confidence, above the release's claim of "
             f"{claim.epsilon:.4g} ({claim.reason}). Suspect M2 ({run.mechanism}) first, then "
-            f"M1 (dp-set-union/{run.set_union_policy}). Report: {out / 'audit.json'}"
+            f"M1 (dp-set-union/{run.set_union_policy}). Report: {out / 'report.html'}"
         )
-    report["path"] = str(out / "audit.json")
+    report["path"] = str(out / "report.html")
     return report

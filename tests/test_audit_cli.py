@@ -33,6 +33,11 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     report_row = catalog.query("SELECT path, visibility FROM artifacts WHERE stage = 'audit'")[0]
     assert report_row["visibility"] == "internal" and report_row["path"].startswith("internal/")
     report = json.loads((workspace.root / report_row["path"]).read_text())
+    audit_dir = (workspace.root / report_row["path"]).parent
+    page = (audit_dir / "report.html").read_text()
+    assert "NOT differentially private" in page and run_id in page
+    assert (audit_dir / "roc-lira-online.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'src="roc-lira-online.png"' in page
     assert report["verdict"] == "passed" and report["shadows"] == 4
     assert report["claim_per_document"]["epsilon"] == pytest.approx(5.0)
     assert set(report["attacks"]) == {

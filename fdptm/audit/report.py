@@ -1,0 +1,109 @@
+"""The audit's HTML report and its log-log ROC plots (internal: computed on private data).
+
+One self-contained directory per audit: ``audit.json`` (the numbers), ``roc-<attack>.png``
+(ROC on log-log axes, as the FDPTM paper plots them, with the chance diagonal) and
+``report.html`` (the release's guarantee and per-stage budgets, the top words per topic,
+every attack's AUC, TPR at 0.1% and 1% FPR and epsilon lower bound against the claim, the
+plots). The report says on top that it is not DP and must not be published.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from fdptm.audit.lira import Roc
+
+
+def roc_plot(curve: Roc, title: str, path: Path) -> None:
+    """A log-log ROC curve with the chance line, written as PNG."""
+    fig = Figure(figsize=(4, 4), dpi=100)
+    ax = fig.subplots()
+    floor = 1e-4
+    ax.plot([max(f, floor) for f in curve.fpr], [max(t, floor) for t in curve.tpr], label="attack")
+    ax.plot([floor, 1], [floor, 1], linestyle="--", color="grey", label="chance")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(floor, 1)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) -> None:
+    """``report.html`` next to the plots (referenced by file name)."""
+    g = manifest["guarantee"]
+    claim = report["claim_per_document"]
+    stages = _table(
+        ["step", "mechanism", "notion", "adjacency", "epsilon", "delta"],
+        [
+            [
+                s["step"],
+                s["mechanism"],
+                s.get("notion", ""),
+                s["adjacency"],
+                f"{s['epsilon']:.4g}",
+                f"{s['delta']:.3g}",
+            ]
+            for s in manifest["stages"]
+        ],
+    )
+    topics = _table(
+        ["topic", "top words"],
+        [[str(i), " ".join(ws)] for i, ws in enumerate(manifest["top_words"])],
+    )
+    attacks = _table(
+        ["attack", "AUC", "TPR at 0.1% FPR", "TPR at 1% FPR", "epsilon lower bound"],
+        [
+            [
+                name,
+                f"{r['auc']:.3f}",
+                f"{r['tpr_at_fpr_0.001']:.4f}",
+                f"{r['tpr_at_fpr_0.01']:.4f}",
+                f"{r['epsilon_lower_bound']['epsilon']:.3f}",
+            ]
+            for name, r in report["attacks"].items()
+        ],
+    )
+    images = "".join(
+        f'<figure><img src="{html.escape(file)}" alt="ROC {html.escape(name)}">'
+        f"<figcaption>{html.escape(name)}</figcaption></figure>"
+        for name, file in plots.items()
+    )
+    claim_text = (
+        f"{claim['epsilon']:.4g}" if claim["epsilon"] is not None else "no per-document claim"
+    )
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Audit of {html.escape(report["run_id"])}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em}}
+.warn{{background:#fee;padding:.5em;border:1px solid #c00}}figure{{display:inline-block}}
+</style></head><body>
+<p class="warn">{html.escape(report["note"])}</p>
+<h1>Audit of {html.escape(report["run_id"])}: {html.escape(report["verdict"])}</h1>
+<p>Release guarantee: {html.escape(g["statement"])}, {html.escape(g["adjacency"])} level.
+Claim per document: {html.escape(claim_text)} ({html.escape(claim["reason"])}).
+Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
+({report["confidence"]:.0%} confidence, {report["shadows"]} shadow models, {report["mode"]} LiRA,
+{report["documents"]} documents).</p>
+<h2>Stages</h2>{stages}
+<h2>Attacks</h2>{attacks}
+<h2>ROC curves</h2>{images}
+<h2>Top words (from the release)</h2>{topics}
+</body></html>
+"""
+    path.write_text(page, encoding="utf-8")
