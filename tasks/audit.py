@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fdptm.audit.bound import claim_per_document, split_bound
-from fdptm.audit.lira import offline_scores, online_scores, roc
+from fdptm.audit.lira import normality_check, offline_scores, online_scores, roc
 from fdptm.audit.report import roc_plot, write_html
 from fdptm.audit.shadows import half_masks, score_documents, train_on
 from fdptm.audit.statistics import DocumentStatistics
@@ -206,6 +206,7 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         "release_guarantee": {k: g[k] for k in ("notion", "epsilon", "delta", "adjacency")},
         "claim_per_document": claim.to_dict(),
         "attacks": results,
+        "normality": normality_check(shadow, shadow_masks).to_dict(),
         "largest_lower_bound": worst,
         "verdict": "failed" if failed else "passed",
     }

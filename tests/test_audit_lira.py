@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fdptm.audit.lira import offline_scores, online_scores, roc
+from fdptm.audit.lira import normality_check, offline_scores, online_scores, roc
 
 
 def _shadows(seed: int, shift: float, n_docs: int = 400, n_shadows: int = 32):
@@ -54,3 +54,15 @@ def test_a_document_no_shadow_saw_gets_no_score():
     scores = online_scores(shadow, shadow_in, np.zeros(2))
     assert np.isnan(scores).all()
     assert np.isnan(offline_scores(shadow, shadow_in, np.zeros(2))[0])
+
+
+def test_normality_check_counts_rejections_with_fdr_control():
+    rng = np.random.default_rng(5)
+    shadow_in = rng.random((40, 50)) < 0.5
+    gaussian = rng.normal(size=(40, 50))
+    check = normality_check(gaussian, shadow_in)
+    assert check.tests == 100
+    # all nulls true: BH keeps the family-wise chance of any rejection at most 5%
+    assert check.rejected == 0
+    skewed = rng.exponential(size=(40, 50)) ** 3
+    assert normality_check(skewed, shadow_in).rejected > 50

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import false_discovery_control, shapiro
 
 
 def _gaussians(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,3 +85,35 @@ def roc(scores: np.ndarray, members: np.ndarray) -> Roc:
     tpr = np.r_[0.0, tp / m.sum()]
     fpr = np.r_[0.0, fp / (~m).sum()]
     return Roc(fpr, tpr, np.r_[np.inf, s[last]])
+
+
+@dataclass(frozen=True)
+class NormalityCheck:
+    """Appendix D: Shapiro-Wilk per document and side, Benjamini-Hochberg over all tests."""
+
+    tests: int
+    rejected: int
+    level: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def normality_check(shadow: np.ndarray, shadow_in: np.ndarray, level: float = 0.05):
+    """How many of the T_in(d) and T_out(d) samples reject normality at FDR ``level``.
+
+    LiRA models each side as a Gaussian (eq. 2); the FDPTM paper checks that assumption with
+    a Shapiro-Wilk test per sample and the Benjamini-Hochberg procedure (appendix D,
+    Table 4). Samples with fewer than 3 values, or constant ones, cannot be tested and are
+    left out.
+    """
+    p_values = []
+    for side in (shadow_in, ~shadow_in):
+        for d in range(shadow.shape[1]):
+            values = shadow[side[:, d], d]
+            if len(values) >= 3 and np.ptp(values) > 0:
+                p_values.append(shapiro(values).pvalue)
+    if not p_values:
+        return NormalityCheck(0, 0, level)
+    adjusted = false_discovery_control(np.array(p_values), method="bh")
+    return NormalityCheck(len(p_values), int((adjusted <= level).sum()), level)

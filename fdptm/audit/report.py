@@ -100,6 +100,9 @@ Claim per document: {html.escape(claim_text)} ({html.escape(claim["reason"])}).
 Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
 ({report["confidence"]:.0%} confidence, {report["shadows"]} shadow models, {report["mode"]} LiRA,
 {report["documents"]} documents).</p>
+<p>Normality of the shadow statistics (appendix D): {report["normality"]["rejected"]} of
+{report["normality"]["tests"]} Shapiro-Wilk tests reject at FDR
+{report["normality"]["level"]:g} (Benjamini-Hochberg).</p>
 <h2>Stages</h2>{stages}
 <h2>Attacks</h2>{attacks}
 <h2>ROC curves</h2>{images}
