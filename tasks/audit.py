@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from fdptm.audit.bound import claim_per_document, split_bound
 from fdptm.audit.lira import normality_check, offline_scores, online_scores, roc
 from fdptm.audit.report import roc_plot, write_html
 from fdptm.audit.shadows import half_masks, score_documents, train_on
 from fdptm.audit.statistics import DocumentStatistics
+from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import plan_budget
@@ -39,6 +41,7 @@ from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
+from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
 
 MODES = ("online", "offline")
@@ -160,6 +163,20 @@ def model_statistics(plan: AuditPlan, index: int) -> DocumentStatistics:
     return score_documents(model, bounded, plan.run.topics)
 
 
+def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run: RunSpec):
+    """The utility block of the released matrix on the run's sanitized documents."""
+    release = workspace.release_dir(spec.run_id)
+    words = pq.read_table(release / "vocabulary.parquet").column("word").to_pylist()
+    phi = np.stack(
+        pq.read_table(release / "topic_word.parquet")
+        .column("probabilities")
+        .to_numpy(zero_copy_only=False)
+    )
+    row = catalog.artifact(f"run/{spec.run_id}/sanitized_tokens")
+    sanitized = corpus_of(read_parquet(workspace.root / row["path"], row["sha256"]), len(words))
+    return utility(phi, words, sanitized, iterations=run.iterations, seed=spec.seed)
+
+
 def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
     """Attack the target with every model's statistics; write the report; fail loudly."""
     spec, run = plan.spec, plan.run
@@ -207,6 +224,7 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         "claim_per_document": claim.to_dict(),
         "attacks": results,
         "normality": normality_check(shadow, shadow_masks).to_dict(),
+        "utility": release_utility(workspace, catalog, spec, run),
         "largest_lower_bound": worst,
         "verdict": "failed" if failed else "passed",
     }

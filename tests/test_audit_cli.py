@@ -39,6 +39,9 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     assert (audit_dir / "roc-lira-online.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="roc-lira-online.png"' in page
     assert report["verdict"] == "passed" and report["shadows"] == 4
+    u = report["utility"]
+    assert u["vocabulary_size"] > 10 and -1 <= u["npmi"] <= 1 and u["umass"] < 0
+    assert 0 <= u["against_non_private"]["l1"] <= 2 and u["perplexity_in_sample"] > 1
     assert report["claim_per_document"]["epsilon"] == pytest.approx(5.0)
     assert set(report["attacks"]) == {
         "lira-online",

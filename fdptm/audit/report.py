@@ -79,6 +79,31 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
             for name, r in report["attacks"].items()
         ],
     )
+    u = report["utility"]
+    utility = _table(
+        [
+            "vocabulary",
+            "UMass (eq. 4)",
+            "NPMI (gensim)",
+            "perplexity (in-sample)",
+            "L1 to non-private",
+            "RMSE",
+            "Kendall tau",
+            "non-private UMass",
+        ],
+        [
+            [
+                str(u["vocabulary_size"]),
+                f"{u['umass']:.2f}",
+                f"{u['npmi']:.3f}",
+                f"{u['perplexity_in_sample']:.1f}",
+                f"{u['against_non_private']['l1']:.3f}",
+                f"{u['against_non_private']['rmse']:.2e}",
+                f"{u['against_non_private']['kendall_tau']:.3f}",
+                f"{u['non_private_umass']:.2f}",
+            ]
+        ],
+    )
     images = "".join(
         f'<figure><img src="{html.escape(file)}" alt="ROC {html.escape(name)}">'
         f"<figcaption>{html.escape(name)}</figcaption></figure>"
@@ -103,6 +128,7 @@ Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
 <p>Normality of the shadow statistics (appendix D): {report["normality"]["rejected"]} of
 {report["normality"]["tests"]} Shapiro-Wilk tests reject at FDR
 {report["normality"]["level"]:g} (Benjamini-Hochberg).</p>
+<h2>Utility (on the run's documents)</h2>{utility}
 <h2>Stages</h2>{stages}
 <h2>Attacks</h2>{attacks}
 <h2>ROC curves</h2>{images}
