@@ -10,12 +10,11 @@ internal, and a failed audit fails the flow run.
 
 from __future__ import annotations
 
-import argparse
-
 from prefect.deployments.runner import RunnerDeployment
 
+from fdptm.deployments.scheduled_release import release_arguments, release_parser
 from fdptm.flows.audit import audited_release
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM
 
 MONTHLY = "0 5 1 * *"  # the first of each month, 05:00
 
@@ -56,32 +55,10 @@ def build(
 
 def from_args(argv: list[str] | None = None) -> RunnerDeployment:
     """The deployment the command line describes."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--epsilon", type=float, required=True)
-    p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--topics", type=int, required=True)
-    p.add_argument("--iterations", type=int, default=20)
-    p.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS))
-    p.add_argument("--shadows", type=int, default=16)
-    p.add_argument("--workspace")
-    p.add_argument("--releases-left", type=int)
-    p.add_argument("--cron", default=MONTHLY)
-    p.add_argument("--name", default="monthly-audited-release")
-    a = p.parse_args(argv)
-    return build(
-        a.dataset,
-        a.epsilon,
-        a.delta,
-        a.topics,
-        iterations=a.iterations,
-        mechanism=a.mechanism,
-        shadows=a.shadows,
-        workspace=a.workspace,
-        releases_left=a.releases_left,
-        cron=a.cron,
-        name=a.name,
-    )
+    parser = release_parser(__doc__.split("\n\n")[0], MONTHLY, "monthly-audited-release")
+    parser.add_argument("--shadows", type=int, default=16)
+    a = parser.parse_args(argv)
+    return build(**release_arguments(a), shadows=a.shadows)
 
 
 def main(argv: list[str] | None = None) -> None:

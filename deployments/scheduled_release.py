@@ -54,9 +54,9 @@ def build(
     )
 
 
-def from_args(argv: list[str] | None = None) -> RunnerDeployment:
-    """The deployment the command line describes."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def release_parser(description: str, cron: str, name: str) -> argparse.ArgumentParser:
+    """The command-line options of a scheduled release (shared with the audited release)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--dataset", required=True)
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, required=True)
@@ -65,21 +65,34 @@ def from_args(argv: list[str] | None = None) -> RunnerDeployment:
     p.add_argument("--mechanism", default=DEFAULT_MECHANISM, choices=list(MECHANISMS))
     p.add_argument("--workspace")
     p.add_argument("--releases-left", type=int, help="share what the cap has left over N runs")
-    p.add_argument("--cron", default=WEEKLY)
-    p.add_argument("--name", default="weekly-release")
-    a = p.parse_args(argv)
-    return build(
-        a.dataset,
-        a.epsilon,
-        a.delta,
-        a.topics,
-        iterations=a.iterations,
-        mechanism=a.mechanism,
-        workspace=a.workspace,
-        releases_left=a.releases_left,
-        cron=a.cron,
-        name=a.name,
-    )
+    p.add_argument("--cron", default=cron)
+    p.add_argument("--name", default=name)
+    return p
+
+
+def release_arguments(a: argparse.Namespace) -> dict:
+    """The parsed options as ``build`` keyword arguments."""
+    return {
+        k: getattr(a, k)
+        for k in (
+            "dataset",
+            "epsilon",
+            "delta",
+            "topics",
+            "iterations",
+            "mechanism",
+            "workspace",
+            "releases_left",
+            "cron",
+            "name",
+        )
+    }
+
+
+def from_args(argv: list[str] | None = None) -> RunnerDeployment:
+    """The deployment the command line describes."""
+    parser = release_parser(__doc__.split("\n\n")[0], WEEKLY, "weekly-release")
+    return build(**release_arguments(parser.parse_args(argv)))
 
 
 def main(argv: list[str] | None = None) -> None:
