@@ -19,7 +19,6 @@ from tqdm.auto import tqdm
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation.comparison import compare, markdown, split_documents
-from fdptm.mechanisms.set_union import set_union_params
 from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import write_json
@@ -52,13 +51,7 @@ def prepare_task(spec: RunSpec, holdout: float, show: bool):
         authors_are_documents=Ledger(catalog).authors_are_documents(spec.dataset),
     )
     m1 = plan.stage("vocabulary")
-    params = set_union_params(
-        spec.set_union_policy,
-        m1.epsilon,
-        m1.delta,
-        alpha=spec.set_union_alpha,
-        max_items=spec.max_items_per_author,
-    )
+    params = spec.m1_params(m1.epsilon, m1.delta)
     words = select_vocabulary(bounded, params, NoiseSource.create(spec.seed, 1))
     if len(words) < spec.topics:
         raise BadInputError(

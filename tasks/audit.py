@@ -31,7 +31,7 @@ from fdptm.audit.shadows import half_masks, score_documents, train_on
 from fdptm.audit.statistics import DocumentStatistics
 from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
-from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
+from fdptm.mechanisms.set_union import SetUnionParams
 from fdptm.privacy.accountant import plan_budget
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -127,13 +127,7 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         run.epsilon, run.delta, run.stage_specs(unit), authors_are_documents=docs_are_units
     )
     m1, m2 = plan.stage("vocabulary"), plan.stage("train")
-    m1_params = set_union_params(
-        run.set_union_policy,
-        m1.epsilon,
-        m1.delta,
-        alpha=run.set_union_alpha,
-        max_items=run.max_items_per_author,
-    )
+    m1_params = run.m1_params(m1.epsilon, m1.delta)
     bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
     n_docs = bounded_row["n_rows"]
     if n_docs < 20:

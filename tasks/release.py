@@ -21,7 +21,6 @@ import pandas as pd
 
 from fdptm.errors import FdptmError
 from fdptm.mechanisms.guarantee import combine_notions, describe
-from fdptm.mechanisms.set_union import set_union_params
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -101,13 +100,7 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
     m2 = plan.stage("train")
     m2_params = spec.m2_params(m2.epsilon, m2.delta, ledger.default_unit(spec.dataset))
     m2_guarantee = spec.m2.guarantee(m2_params)
-    su = set_union_params(
-        spec.set_union_policy,
-        m1.epsilon,
-        m1.delta,
-        alpha=spec.set_union_alpha,
-        max_items=spec.max_items_per_author,
-    )
+    su = spec.m1_params(m1.epsilon, m1.delta)
     batches = run_batches(spec)
     return {
         "manifest_version": 1,

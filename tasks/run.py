@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.registry import mechanism
-from fdptm.mechanisms.set_union import POLICIES, set_union_params
+from fdptm.mechanisms.set_union import POLICIES
 from fdptm.privacy.accountant import BudgetPlan, check_delta, check_epsilon, plan_budget
 from fdptm.privacy.adjacency import Adjacency, weakest
 from fdptm.storage.catalog import Catalog
@@ -120,13 +120,7 @@ def check_parameters(spec: RunSpec, plan: BudgetPlan, unit: Adjacency) -> Guaran
     """Calibrate M1 and M2 on the plan (BadInputError on bad parameters, before any budget
     is reserved) and check M2's stated guarantee fits its share; returns that guarantee."""
     m1 = plan.stage("vocabulary")
-    set_union_params(
-        spec.set_union_policy,
-        m1.epsilon,
-        m1.delta,
-        alpha=spec.set_union_alpha,
-        max_items=spec.max_items_per_author,
-    )
+    spec.m1_params(m1.epsilon, m1.delta)
     m2 = plan.stage("train")
     guarantee = spec.m2.guarantee(spec.m2_params(m2.epsilon, m2.delta, unit))
     if (

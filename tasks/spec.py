@@ -8,6 +8,7 @@ from typing import Any
 
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, Mechanism, mechanism
+from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.tasks.bounding import Bounds
@@ -72,6 +73,16 @@ class RunSpec:
                 self.m2.notion,
             ),
         ]
+
+    def m1_params(self, epsilon: float, delta: float) -> SetUnionParams:
+        """M1's (DP set union's) calibrated parameters for its native budget."""
+        return set_union_params(
+            self.set_union_policy,
+            epsilon,
+            delta,
+            alpha=self.set_union_alpha,
+            max_items=self.max_items_per_author,
+        )
 
     def m2_params(self, epsilon: float, delta: float, unit: Adjacency) -> Any:
         """M2's calibrated parameters for its native budget, on a dataset of ``unit``.

@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.lda import train_cgs
-from fdptm.mechanisms.set_union import set_union_params
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
@@ -124,13 +123,7 @@ def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
 
 def vocabulary(spec: RunSpec, bounded: dict, epsilon: float, delta: float) -> dict:
     """M1: DP set union at (epsilon, delta); the vocabulary is a DP output."""
-    params = set_union_params(
-        spec.set_union_policy,
-        epsilon,
-        delta,
-        alpha=spec.set_union_alpha,
-        max_items=spec.max_items_per_author,
-    )
+    params = spec.m1_params(epsilon, delta)
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     with charged(spec, "vocabulary") as touch:
         touch()
