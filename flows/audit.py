@@ -15,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
-from fdptm.audit.statistics import DocumentStatistics
+from fdptm.audit.shadows import ModelScores
 from fdptm.flows.release import release
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM
 from fdptm.storage.workspace import Workspace
@@ -23,7 +23,7 @@ from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, 
 
 
 @task(name="audit-model", cache_policy=NO_CACHE, retries=1)
-def model_task(plan: AuditPlan, index: int) -> DocumentStatistics:
+def model_task(plan: AuditPlan, index: int) -> ModelScores:
     return model_statistics(plan, index)
 
 

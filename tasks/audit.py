@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from fdptm.audit.bound import claim_per_document, split_bound
+from fdptm.audit.bound import DocumentClaim, claim_per_document, split_bound
 from fdptm.audit.lira import normality_check, offline_scores, online_scores, roc
 from fdptm.audit.report import roc_plot, write_html
-from fdptm.audit.shadows import half_masks, score_documents, train_on
-from fdptm.audit.statistics import DocumentStatistics
+from fdptm.audit.shadows import ModelScores, half_masks, score_documents, train_on, universe_size
 from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.mechanisms.set_union import SetUnionParams
@@ -43,6 +42,7 @@ from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
+from fdptm.tasks.vocabulary import select_vocabulary
 
 MODES = ("online", "offline")
 LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
@@ -108,7 +108,9 @@ class AuditPlan:
     bounded_path: str
     bounded_sha256: str
     masks: np.ndarray
+    universe: int
     authors_are_documents: bool
+    m1_claim: DocumentClaim
 
 
 def plan_audit(spec: AuditSpec) -> AuditPlan:
@@ -133,28 +135,40 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
     if n_docs < 20:
         raise BadInputError(f"the run has {n_docs} documents; an audit needs at least 20")
     gen = NoiseSource.create(spec.seed, 70).generator
+    bounded_path = workspace.root / bounded_row["path"]
     return AuditPlan(
         spec,
         run,
         m1_params,
         run.m2_params(m2.epsilon, m2.delta, unit),
-        str(workspace.root / bounded_row["path"]),
+        str(bounded_path),
         bounded_row["sha256"],
         half_masks(n_docs, spec.shadows + 1, gen),
+        universe_size(read_parquet(bounded_path, bounded_row["sha256"])),
         docs_are_units,
+        claim_per_document(
+            m1.epsilon,
+            m1.delta,
+            m1.adjacency,
+            authors_are_documents=docs_are_units,
+            max_tokens_per_doc=run.bounds.max_tokens_per_doc,
+        ),
     )
 
 
-def model_statistics(plan: AuditPlan, index: int) -> DocumentStatistics:
+def model_statistics(plan: AuditPlan, index: int) -> ModelScores:
     """Train model ``index`` (0 is the target) on its half; score every document under it."""
     bounded = read_parquet(Path(plan.bounded_path), plan.bounded_sha256)
     noise = NoiseSource.create(plan.spec.seed, 100 + index)
 
+    def vocabulary(table, noise):
+        return select_vocabulary(table, plan.m1, noise)
+
     def train(corpus, noise):
         return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
 
-    model = train_on(bounded, plan.masks[index], plan.m1, train, noise)
-    return score_documents(model, bounded, plan.run.topics)
+    model = train_on(bounded, plan.masks[index], vocabulary, train, noise)
+    return score_documents(model, bounded, plan.run.topics, plan.universe)
 
 
 def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run: RunSpec):
@@ -171,17 +185,81 @@ def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run
     return utility(phi, words, sanitized, iterations=run.iterations, seed=spec.seed)
 
 
-def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
+def attack_scores(plan: AuditPlan, statistics: list[ModelScores]) -> dict[str, np.ndarray]:
+    """Every attack's membership score of every document of the target (model 0).
+
+    LiRA runs on three statistics: the release-level likelihood (sees the vocabulary and
+    Phi), eq. 3 on the in-vocabulary tokens (the paper's zeta), and the in-vocabulary token
+    count (sees M1's output only, so it tests M1 alone). The Huang et al. baselines use the
+    target's theta-hat with global thresholds. A document a LiRA cannot judge (no shadow on
+    a side it needs) is never flagged.
+    """
+    lira = online_scores if plan.spec.mode == "online" else offline_scores
+    shadow_masks = plan.masks[1:]
+
+    def lira_on(statistic) -> np.ndarray:
+        shadow = np.stack([statistic(s) for s in statistics[1:]])
+        return lira(shadow, shadow_masks, statistic(statistics[0]))
+
+    name = f"lira-{plan.spec.mode}"
+    theta = statistics[0].in_vocabulary
+    attacks = {
+        name: lira_on(lambda s: s.release_zeta),
+        f"{name}-eq3": lira_on(lambda s: s.in_vocabulary.zeta),
+        f"{name}-vocabulary": lira_on(lambda s: s.kept.astype(float)),
+        "huang-max-posterior": theta.max_posterior_logit(),
+        "huang-std": theta.std(),
+        "huang-negative-entropy": theta.negative_entropy(),
+    }
+    return {n: np.nan_to_num(s, nan=-np.inf) for n, s in attacks.items()}
+
+
+def verdict(results: dict, claim: DocumentClaim, m1_claim: DocumentClaim) -> dict:
+    """Pass or fail, and the stage to suspect.
+
+    Every attack sees at most the release, so a bound above the release's claim fails it.
+    The vocabulary attack sees M1's output alone (post-processing), so its bound above M1's
+    own claim shows M1 broken, whatever the total; otherwise a failure points at M2.
+    """
+    worst = max(r["epsilon_lower_bound"]["epsilon"] for r in results.values())
+    vocabulary = next(r for n, r in results.items() if n.endswith("-vocabulary"))
+    m1_bound = vocabulary["epsilon_lower_bound"]["epsilon"]
+    m1_broken = m1_claim.epsilon is not None and m1_bound > m1_claim.epsilon
+    failed = m1_broken or (claim.epsilon is not None and worst > claim.epsilon)
+    suspect = "M1" if m1_broken else "M2" if failed else None
+    return {
+        "largest_lower_bound": worst,
+        "m1_lower_bound": m1_bound,
+        "verdict": "failed" if failed else "passed",
+        "suspect_stage": suspect,
+    }
+
+
+def _failure(spec, run, claim, m1_claim, outcome, out: Path) -> str:
+    if outcome["suspect_stage"] == "M1":
+        found = (
+            f"the vocabulary alone shows epsilon >= {outcome['m1_lower_bound']:.4g} per document, "
+            f"above M1's own claim of {m1_claim.epsilon:.4g}: M1 "
+            f"(dp-set-union/{run.set_union_policy}) is broken"
+        )
+    else:
+        found = (
+            f"an attack shows epsilon >= {outcome['largest_lower_bound']:.4g} per document, "
+            f"above the release's claim of {claim.epsilon:.4g} ({claim.reason}), while the "
+            f"vocabulary alone stays within M1's share: suspect M2 ({run.mechanism})"
+        )
+    return (
+        f"audit of {spec.run_id} FAILED with {spec.confidence:.0%} confidence: {found}. "
+        f"Report: {out / 'report.html'}"
+    )
+
+
+def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
     """Attack the target with every model's statistics; write the report; fail loudly."""
     spec, run = plan.spec, plan.run
     workspace = Workspace.resolve(spec.workspace)
     catalog = Catalog(workspace)
-    docs_are_units = plan.authors_are_documents
-    n_docs = plan.masks.shape[1]
-    target_mask, shadow_masks = plan.masks[0], plan.masks[1:]
-    target = statistics[0].zeta
-    shadow = np.stack([s.zeta for s in statistics[1:]])
-    lira = online_scores if spec.mode == "online" else offline_scores
+    target_mask = plan.masks[0]
     manifest = json.loads(
         (workspace.release_dir(spec.run_id) / "manifest.json").read_text(encoding="utf-8")
     )
@@ -190,21 +268,14 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         g["epsilon"],
         g["delta"],
         Adjacency(g["adjacency"]),
-        authors_are_documents=docs_are_units,
+        authors_are_documents=plan.authors_are_documents,
         max_tokens_per_doc=run.bounds.max_tokens_per_doc,
     )
     delta = claim.delta if claim.delta is not None else g["delta"]
-    stats = statistics[0]
-    attacks = {
-        f"lira-{spec.mode}": lira(shadow, shadow_masks, target),
-        "huang-max-posterior": stats.max_posterior_logit(),
-        "huang-std": stats.std(),
-        "huang-negative-entropy": stats.negative_entropy(),
-    }
-    attacks = {name: np.nan_to_num(s, nan=-np.inf) for name, s in attacks.items()}
+    attacks = attack_scores(plan, statistics)
     results = {name: _attack_summary(s, target_mask, delta, spec) for name, s in attacks.items()}
-    worst = max(r["epsilon_lower_bound"]["epsilon"] for r in results.values())
-    failed = claim.epsilon is not None and worst > claim.epsilon
+    outcome = verdict(results, claim, plan.m1_claim)
+    shadow = np.stack([s.release_zeta for s in statistics[1:]])
     report = {
         "note": "Internal audit, NOT differentially private: computed from the private "
         "documents by training models on them. Never publish it.",
@@ -213,14 +284,15 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         "mode": spec.mode,
         "shadows": spec.shadows,
         "confidence": spec.confidence,
-        "documents": n_docs,
+        "documents": plan.masks.shape[1],
+        "word_universe": plan.universe,
         "release_guarantee": {k: g[k] for k in ("notion", "epsilon", "delta", "adjacency")},
         "claim_per_document": claim.to_dict(),
+        "m1_claim_per_document": plan.m1_claim.to_dict(),
         "attacks": results,
-        "normality": normality_check(shadow, shadow_masks).to_dict(),
+        "normality": normality_check(shadow, plan.masks[1:]).to_dict(),
         "utility": release_utility(workspace, catalog, spec, run),
-        "largest_lower_bound": worst,
-        "verdict": "failed" if failed else "passed",
+        **outcome,
     }
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"
     sha = write_json(report, out / "audit.json")
@@ -238,12 +310,7 @@ def conclude(plan: AuditPlan, statistics: list[DocumentStatistics]) -> dict:
         "internal",
         len(results),
     )
-    if failed:
-        raise AuditFailedError(
-            f"audit of {spec.run_id} FAILED: an attack shows epsilon >= {worst:.4g} per "
-            f"document with {spec.confidence:.0%} confidence, above the release's claim of "
-            f"{claim.epsilon:.4g} ({claim.reason}). Suspect M2 ({run.mechanism}) first, then "
-            f"M1 (dp-set-union/{run.set_union_policy}). Report: {out / 'report.html'}"
-        )
+    if outcome["verdict"] == "failed":
+        raise AuditFailedError(_failure(spec, run, claim, plan.m1_claim, outcome, out))
     report["path"] = str(out / "report.html")
     return report

@@ -43,8 +43,13 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     assert u["vocabulary_size"] > 10 and -1 <= u["npmi"] <= 1 and u["umass"] < 0
     assert 0 <= u["against_non_private"]["l1"] <= 2 and u["perplexity_in_sample"] > 1
     assert report["claim_per_document"]["epsilon"] == pytest.approx(5.0)
+    # M1's share of the default split (25%), per document; no stage suspected on a pass
+    assert report["m1_claim_per_document"]["epsilon"] == pytest.approx(1.25)
+    assert report["suspect_stage"] is None
     assert set(report["attacks"]) == {
         "lira-online",
+        "lira-online-eq3",
+        "lira-online-vocabulary",
         "huang-max-posterior",
         "huang-std",
         "huang-negative-entropy",

@@ -4,9 +4,16 @@ The FDPTM paper's LiRA set-up (section 4.4, appendix A): the target model is tra
 random half of the documents and each of N shadow models on another random half, so every
 document is "in" for about half of the shadows. Each model goes through the audited run's
 own configuration after contribution bounding: M1 (DP vocabulary) at the run's M1 budget,
-SAN, and M2 at the run's M2 budget, with fresh noise. A document is scored under a model
-as SAN makes it for that model (its words outside the model's vocabulary dropped), by
-``zeta`` and theta-hat. Everything here reads private data and is not DP.
+SAN, and M2 at the run's M2 budget, with fresh noise. Everything here reads private data
+and is not DP.
+
+A release is a vocabulary S and a matrix Phi over it, and each model has its own S. Eq. 3
+scores a document by its tokens in S only; then a document's rare words, which enter S
+when it is "in", make its score *smaller* (more tokens to explain), and the statistic
+mixes two opposite effects. ``score_documents`` therefore reports three statistics: eq. 3
+on the tokens in S (the paper's), the number of tokens in S (a function of M1's output
+alone), and the log-likelihood of the whole document under the release read as a
+distribution over the audit's word universe (sees S and Phi together).
 """
 
 from __future__ import annotations
@@ -16,24 +23,44 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fdptm.audit.statistics import DocumentStatistics, document_statistics
 from fdptm.evaluation.metrics import doc_word_matrix
 from fdptm.mechanisms.lda import Corpus
-from fdptm.mechanisms.set_union import SetUnionParams
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
-from fdptm.tasks.vocabulary import select_vocabulary
 
 Trainer = Callable[[Corpus, NoiseSource], np.ndarray]
+VocabularySelector = Callable[[pa.Table, NoiseSource], list[str]]
+
+OOV_MASS = 1e-6
+"""Probability mass the release-level statistic gives to words outside S (as
+``fdptm.evaluation.metrics.completion_perplexity`` mixes in a uniform 1e-6)."""
 
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """A model's DP vocabulary and topic-word matrix (without SAN's OOV column)."""
+    """A model's vocabulary and topic-word matrix (without SAN's OOV column)."""
 
     words: list[str]
     phi: np.ndarray
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """Every document's attack statistics under one model.
+
+    ``in_vocabulary``: eq. 3's zeta on the document's tokens in S, and theta-hat (the
+    Huang et al. baselines). ``kept``: how many of its tokens are in S. ``release_zeta``:
+    its log-likelihood under p(w) = (1 - OOV_MASS) sum_z theta_z Phi_{z,w} for w in S and
+    OOV_MASS / |U \\ S| for the other words of the universe U, at eq. 3's theta-hat (the
+    maximiser is the same: the OOV part does not depend on theta).
+    """
+
+    in_vocabulary: DocumentStatistics
+    kept: np.ndarray
+    release_zeta: np.ndarray
 
 
 def half_masks(n_docs: int, n_models: int, generator: np.random.Generator) -> np.ndarray:
@@ -44,32 +71,45 @@ def half_masks(n_docs: int, n_models: int, generator: np.random.Generator) -> np
     return masks
 
 
+def universe_size(bounded: pa.Table) -> int:
+    """The number of distinct words in the audited documents: the universe U."""
+    return len(pc.unique(pc.list_flatten(bounded.column("tokens").combine_chunks())))
+
+
 def train_on(
     bounded: pa.Table,
     members: np.ndarray,
-    m1: SetUnionParams,
+    vocabulary: VocabularySelector,
     train_m2: Trainer,
     noise: NoiseSource,
 ) -> TrainedModel:
-    """M1, SAN and M2 on the documents where ``members`` is True."""
+    """The vocabulary selection (M1), SAN and M2 on the documents where ``members`` is True."""
     subset = bounded.filter(pa.array(members))
-    words = select_vocabulary(subset, m1, noise)
+    words = vocabulary(subset, noise)
     if not words:
         return TrainedModel([], np.zeros((0, 0)))
     corpus = corpus_of(sanitize(subset, words), len(words))
     return TrainedModel(words, drop_oov(train_m2(corpus, noise)))
 
 
-def score_documents(model: TrainedModel, bounded: pa.Table, n_topics: int) -> DocumentStatistics:
-    """zeta and theta-hat of every document of ``bounded`` under ``model``.
+def score_documents(
+    model: TrainedModel, bounded: pa.Table, n_topics: int, universe: int
+) -> ModelScores:
+    """The statistics of every document of ``bounded`` under ``model`` (see ``ModelScores``).
 
-    Documents are sanitized against the model's vocabulary and their OOV tokens dropped
-    (the model gives them no probability). A model that released no vocabulary scores
-    every document 0 with a uniform theta-hat: it carries no information about anyone.
+    A model that released no vocabulary scores eq. 3 as 0 with a uniform theta-hat, and the
+    release-level likelihood as uniform over the universe: it carries no information.
     """
-    if not model.words:
+    size = len(model.words)
+    corpus = corpus_of(sanitize(bounded, model.words), size)
+    counts = doc_word_matrix(corpus)
+    kept = np.asarray(counts[:, :size].sum(axis=1)).ravel()
+    dropped = np.asarray(counts[:, size].sum(axis=1)).ravel()
+    if not size:
         n = bounded.num_rows
-        return DocumentStatistics(np.zeros(n), np.full((n, n_topics), 1.0 / n_topics))
-    corpus = corpus_of(sanitize(bounded, model.words), len(model.words))
-    in_vocabulary = doc_word_matrix(corpus)[:, : len(model.words)]  # the OOV column dropped
-    return document_statistics(model.phi, in_vocabulary)
+        uniform = DocumentStatistics(np.zeros(n), np.full((n, n_topics), 1.0 / n_topics))
+        return ModelScores(uniform, kept, -dropped * np.log(universe))
+    stats = document_statistics(model.phi, counts[:, :size])
+    outside = max(universe - size, 1)
+    release = stats.zeta + kept * np.log1p(-OOV_MASS) + dropped * np.log(OOV_MASS / outside)
+    return ModelScores(stats, kept, release)
