@@ -327,14 +327,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise BadInputError(f"--workers must be >= 1, got {args.workers}")
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         report = audit(spec, workers=args.workers, dask_address=args.dask_address)
-    claim = report["claim_per_document"]
+    claim = report["claims_per_document"]["release"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
     print(f"claim per document: epsilon={claim['epsilon']} ({claim['reason']})")
+    for scope, b in report["bounds"].items():
+        print(f"  {scope:<8} claim {b['claim']}  lower bound {b['lower_bound']:.3f}")
     for name, r in report["attacks"].items():
         b = r["epsilon_lower_bound"]
         print(
-            f"  {name:<24} AUC {r['auc']:.3f}  TPR@0.1% {r['tpr_at_fpr_0.001']:.3f}  "
-            f"TPR@1% {r['tpr_at_fpr_0.01']:.3f}  epsilon >= {b['epsilon']:.3f}"
+            f"  {name:<28} [{r['scope']}] AUC {r['auc']:.3f}  "
+            f"TPR@0.1% {r['tpr_at_fpr_0.001']:.3f}  TPR@1% {r['tpr_at_fpr_0.01']:.3f}  "
+            f"epsilon >= {b['epsilon']:.3f}"
         )
     print(f"report: {report['path']}")
     return 0

@@ -1,11 +1,12 @@
 """The ``audit`` flow: a release's membership-inference audit with its models fanned out.
 
 ``tasks.audit.plan_audit`` fixes the budgets, inputs and halves; every model (the target and
-each shadow) is an independent ``audit-model`` task that reads the bounded tokens itself and
-returns per-document statistics only, so no process holds all models' document-term
-matrices; ``conclude`` attacks the target and writes the internal report. ``workers`` > 1
-runs the models on a local process pool; ``dask_address`` on a Dask cluster (prefect-dask).
-With one worker the models run one after another in this process.
+each shadow, once through the whole pipeline and once through M2 alone on the released
+vocabulary: ``fdptm.audit.attacks``) is an independent ``audit-model`` task that reads the
+bounded tokens itself and returns per-document statistics only, so no process holds all
+models' document-term matrices; ``conclude`` attacks the target and writes the internal
+report. ``workers`` > 1 runs the models on a local process pool; ``dask_address`` on a Dask
+cluster (prefect-dask). With one worker the models run one after another in this process.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, 
 
 
 @task(name="audit-model", cache_policy=NO_CACHE, retries=1)
-def model_task(plan: AuditPlan, index: int) -> ModelScores:
-    return model_statistics(plan, index)
+def model_task(plan: AuditPlan, index: int, m2_only: bool) -> ModelScores:
+    return model_statistics(plan, index, m2_only)
 
 
 def task_runner(workers: int, dask_address: str | None):
@@ -42,19 +43,21 @@ def task_runner(workers: int, dask_address: str | None):
 def audit_flow(spec: AuditSpec) -> dict:
     """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
     plan = plan_audit(spec)
-    futures = [model_task.submit(plan, i) for i in range(len(plan.masks))]
-    report = conclude(plan, [f.result() for f in futures])
+    models = range(len(plan.masks))
+    pipeline = [model_task.submit(plan, i, False) for i in models]
+    m2_only = [model_task.submit(plan, i, True) for i in models]
+    report = conclude(plan, [f.result() for f in pipeline], [f.result() for f in m2_only])
     lines = [
         f"# Audit of `{spec.run_id}`: {report['verdict']}",
         "",
         f"> {report['note']}",
         "",
-        "| attack | AUC | TPR at 0.1% FPR | TPR at 1% FPR | epsilon lower bound |",
-        "|---|---|---|---|---|",
+        "| attack | tests | AUC | TPR at 0.1% FPR | TPR at 1% FPR | epsilon lower bound |",
+        "|---|---|---|---|---|---|",
     ]
     for name, r in report["attacks"].items():
         lines.append(
-            f"| {name} | {r['auc']:.3f} | {r['tpr_at_fpr_0.001']:.3f} | "
+            f"| {name} | {r['scope']} | {r['auc']:.3f} | {r['tpr_at_fpr_0.001']:.3f} | "
             f"{r['tpr_at_fpr_0.01']:.3f} | {r['epsilon_lower_bound']['epsilon']:.3f} |"
         )
     create_markdown_artifact(

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from fdptm.audit.attacks import attacks, verdict
 from fdptm.audit.bound import DocumentClaim, claim_per_document, split_bound
-from fdptm.audit.lira import normality_check, offline_scores, online_scores, roc
+from fdptm.audit.lira import normality_check, roc
 from fdptm.audit.report import roc_plot, write_html
 from fdptm.audit.shadows import ModelScores, half_masks, score_documents, train_on, universe_size
 from fdptm.audit.utility import utility
@@ -109,12 +110,13 @@ class AuditPlan:
     bounded_sha256: str
     masks: np.ndarray
     universe: int
+    vocabulary: tuple[str, ...]
     authors_are_documents: bool
-    m1_claim: DocumentClaim
+    claims: dict[str, DocumentClaim]
 
 
 def plan_audit(spec: AuditSpec) -> AuditPlan:
-    """Validate the request and fix the run's budgets, inputs and the models' halves."""
+    """Validate the request and fix the run's budgets, inputs, claims and the models' halves."""
     if spec.mode not in MODES:
         raise BadInputError(f"unknown audit mode {spec.mode!r}; one of {MODES}")
     if not isinstance(spec.shadows, int) or spec.shadows < 2:
@@ -125,44 +127,60 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
     ledger = Ledger(catalog)
     unit = ledger.default_unit(run.dataset)
     docs_are_units = ledger.authors_are_documents(run.dataset)
-    plan = plan_budget(
+    budget = plan_budget(
         run.epsilon, run.delta, run.stage_specs(unit), authors_are_documents=docs_are_units
     )
-    m1, m2 = plan.stage("vocabulary"), plan.stage("train")
-    m1_params = run.m1_params(m1.epsilon, m1.delta)
+    m1, m2 = budget.stage("vocabulary"), budget.stage("train")
     bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
     n_docs = bounded_row["n_rows"]
     if n_docs < 20:
         raise BadInputError(f"the run has {n_docs} documents; an audit needs at least 20")
-    gen = NoiseSource.create(spec.seed, 70).generator
+    release = workspace.release_dir(spec.run_id)
+    manifest = json.loads((release / "manifest.json").read_text(encoding="utf-8"))
+    g = manifest["guarantee"]
+
+    def per_document(epsilon, delta, adjacency) -> DocumentClaim:
+        return claim_per_document(
+            epsilon,
+            delta,
+            Adjacency(adjacency),
+            authors_are_documents=docs_are_units,
+            max_tokens_per_doc=run.bounds.max_tokens_per_doc,
+        )
+
     bounded_path = workspace.root / bounded_row["path"]
+    gen = NoiseSource.create(spec.seed, 70).generator
     return AuditPlan(
         spec,
         run,
-        m1_params,
+        run.m1_params(m1.epsilon, m1.delta),
         run.m2_params(m2.epsilon, m2.delta, unit),
         str(bounded_path),
         bounded_row["sha256"],
         half_masks(n_docs, spec.shadows + 1, gen),
         universe_size(read_parquet(bounded_path, bounded_row["sha256"])),
+        tuple(pq.read_table(release / "vocabulary.parquet").column("word").to_pylist()),
         docs_are_units,
-        claim_per_document(
-            m1.epsilon,
-            m1.delta,
-            m1.adjacency,
-            authors_are_documents=docs_are_units,
-            max_tokens_per_doc=run.bounds.max_tokens_per_doc,
-        ),
+        {
+            "release": per_document(g["epsilon"], g["delta"], g["adjacency"]),
+            "M1": per_document(m1.epsilon, m1.delta, m1.adjacency),
+            "M2": per_document(m2.epsilon, m2.delta, m2.adjacency),
+        },
     )
 
 
-def model_statistics(plan: AuditPlan, index: int) -> ModelScores:
-    """Train model ``index`` (0 is the target) on its half; score every document under it."""
+def model_statistics(plan: AuditPlan, index: int, m2_only: bool = False) -> ModelScores:
+    """Train model ``index`` (0 is the target) on its half; score every document under it.
+
+    A pipeline model selects its own vocabulary with M1; an ``m2_only`` model uses the
+    audited release's vocabulary (public), so that only M2 sees its half.
+    """
     bounded = read_parquet(Path(plan.bounded_path), plan.bounded_sha256)
-    noise = NoiseSource.create(plan.spec.seed, 100 + index)
+    stream = 100 + index + (len(plan.masks) if m2_only else 0)
+    noise = NoiseSource.create(plan.spec.seed, stream)
 
     def vocabulary(table, noise):
-        return select_vocabulary(table, plan.m1, noise)
+        return list(plan.vocabulary) if m2_only else select_vocabulary(table, plan.m1, noise)
 
     def train(corpus, noise):
         return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
@@ -185,76 +203,26 @@ def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run
     return utility(phi, words, sanitized, iterations=run.iterations, seed=spec.seed)
 
 
-def attack_scores(plan: AuditPlan, statistics: list[ModelScores]) -> dict[str, np.ndarray]:
-    """Every attack's membership score of every document of the target (model 0).
-
-    LiRA runs on three statistics: the release-level likelihood (sees the vocabulary and
-    Phi), eq. 3 on the in-vocabulary tokens (the paper's zeta), and the in-vocabulary token
-    count (sees M1's output only, so it tests M1 alone). The Huang et al. baselines use the
-    target's theta-hat with global thresholds. A document a LiRA cannot judge (no shadow on
-    a side it needs) is never flagged.
-    """
-    lira = online_scores if plan.spec.mode == "online" else offline_scores
-    shadow_masks = plan.masks[1:]
-
-    def lira_on(statistic) -> np.ndarray:
-        shadow = np.stack([statistic(s) for s in statistics[1:]])
-        return lira(shadow, shadow_masks, statistic(statistics[0]))
-
-    name = f"lira-{plan.spec.mode}"
-    theta = statistics[0].in_vocabulary
-    attacks = {
-        name: lira_on(lambda s: s.release_zeta),
-        f"{name}-eq3": lira_on(lambda s: s.in_vocabulary.zeta),
-        f"{name}-vocabulary": lira_on(lambda s: s.kept.astype(float)),
-        "huang-max-posterior": theta.max_posterior_logit(),
-        "huang-std": theta.std(),
-        "huang-negative-entropy": theta.negative_entropy(),
+def _failure(plan: AuditPlan, outcome: dict, out: Path) -> str:
+    run = plan.run
+    names = {
+        "release": f"the release ({plan.claims['release'].reason})",
+        "M1": f"M1 (dp-set-union/{run.set_union_policy}) alone",
+        "M2": f"M2 ({run.mechanism}) alone, on the released vocabulary",
     }
-    return {n: np.nan_to_num(s, nan=-np.inf) for n, s in attacks.items()}
-
-
-def verdict(results: dict, claim: DocumentClaim, m1_claim: DocumentClaim) -> dict:
-    """Pass or fail, and the stage to suspect.
-
-    Every attack sees at most the release, so a bound above the release's claim fails it.
-    The vocabulary attack sees M1's output alone (post-processing), so its bound above M1's
-    own claim shows M1 broken, whatever the total; otherwise a failure points at M2.
-    """
-    worst = max(r["epsilon_lower_bound"]["epsilon"] for r in results.values())
-    vocabulary = next(r for n, r in results.items() if n.endswith("-vocabulary"))
-    m1_bound = vocabulary["epsilon_lower_bound"]["epsilon"]
-    m1_broken = m1_claim.epsilon is not None and m1_bound > m1_claim.epsilon
-    failed = m1_broken or (claim.epsilon is not None and worst > claim.epsilon)
-    suspect = "M1" if m1_broken else "M2" if failed else None
-    return {
-        "largest_lower_bound": worst,
-        "m1_lower_bound": m1_bound,
-        "verdict": "failed" if failed else "passed",
-        "suspect_stage": suspect,
-    }
-
-
-def _failure(spec, run, claim, m1_claim, outcome, out: Path) -> str:
-    if outcome["suspect_stage"] == "M1":
-        found = (
-            f"the vocabulary alone shows epsilon >= {outcome['m1_lower_bound']:.4g} per document, "
-            f"above M1's own claim of {m1_claim.epsilon:.4g}: M1 "
-            f"(dp-set-union/{run.set_union_policy}) is broken"
-        )
-    else:
-        found = (
-            f"an attack shows epsilon >= {outcome['largest_lower_bound']:.4g} per document, "
-            f"above the release's claim of {claim.epsilon:.4g} ({claim.reason}), while the "
-            f"vocabulary alone stays within M1's share: suspect M2 ({run.mechanism})"
-        )
+    found = "; ".join(
+        f"{names[scope]}: epsilon >= {b['lower_bound']:.4g} per document against a claim of "
+        f"{b['claim']:.4g}"
+        for scope, b in outcome["bounds"].items()
+        if b["exceeded"]
+    )
     return (
-        f"audit of {spec.run_id} FAILED with {spec.confidence:.0%} confidence: {found}. "
-        f"Report: {out / 'report.html'}"
+        f"audit of {plan.spec.run_id} FAILED with {plan.spec.confidence:.0%} confidence: "
+        f"{found}. Suspect: {', '.join(outcome['suspects'])}. Report: {out / 'report.html'}"
     )
 
 
-def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
+def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelScores]) -> dict:
     """Attack the target with every model's statistics; write the report; fail loudly."""
     spec, run = plan.spec, plan.run
     workspace = Workspace.resolve(spec.workspace)
@@ -264,18 +232,17 @@ def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
         (workspace.release_dir(spec.run_id) / "manifest.json").read_text(encoding="utf-8")
     )
     g = manifest["guarantee"]
-    claim = claim_per_document(
-        g["epsilon"],
-        g["delta"],
-        Adjacency(g["adjacency"]),
-        authors_are_documents=plan.authors_are_documents,
-        max_tokens_per_doc=run.bounds.max_tokens_per_doc,
-    )
-    delta = claim.delta if claim.delta is not None else g["delta"]
-    attacks = attack_scores(plan, statistics)
-    results = {name: _attack_summary(s, target_mask, delta, spec) for name, s in attacks.items()}
-    outcome = verdict(results, claim, plan.m1_claim)
-    shadow = np.stack([s.release_zeta for s in statistics[1:]])
+    found = attacks(spec.mode, plan.masks, pipeline, m2_only)
+    results = {}
+    for name, attack in found.items():
+        claim = plan.claims[attack.scope]
+        delta = claim.delta if claim.delta is not None else g["delta"]
+        results[name] = {
+            "scope": attack.scope,
+            **_attack_summary(attack.scores, target_mask, delta, spec),
+        }
+    outcome = verdict(results, plan.claims)
+    shadow = np.stack([s.release_zeta for s in pipeline[1:]])
     report = {
         "note": "Internal audit, NOT differentially private: computed from the private "
         "documents by training models on them. Never publish it.",
@@ -287,8 +254,7 @@ def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
         "documents": plan.masks.shape[1],
         "word_universe": plan.universe,
         "release_guarantee": {k: g[k] for k in ("notion", "epsilon", "delta", "adjacency")},
-        "claim_per_document": claim.to_dict(),
-        "m1_claim_per_document": plan.m1_claim.to_dict(),
+        "claims_per_document": {k: c.to_dict() for k, c in plan.claims.items()},
         "attacks": results,
         "normality": normality_check(shadow, plan.masks[1:]).to_dict(),
         "utility": release_utility(workspace, catalog, spec, run),
@@ -297,9 +263,9 @@ def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"
     sha = write_json(report, out / "audit.json")
     plots = {}
-    for name, scores in attacks.items():
+    for name, attack in found.items():
         plots[name] = f"roc-{name}.png"
-        roc_plot(roc(scores, target_mask), f"{name} ({spec.run_id})", out / plots[name])
+        roc_plot(roc(attack.scores, target_mask), f"{name} ({spec.run_id})", out / plots[name])
     write_html(report, manifest, plots, out / "report.html")
     catalog.register_artifact(
         f"audit/{spec.run_id}/{spec.mode}",
@@ -311,6 +277,6 @@ def conclude(plan: AuditPlan, statistics: list[ModelScores]) -> dict:
         len(results),
     )
     if outcome["verdict"] == "failed":
-        raise AuditFailedError(_failure(spec, run, claim, plan.m1_claim, outcome, out))
+        raise AuditFailedError(_failure(plan, outcome, out))
     report["path"] = str(out / "report.html")
     return report

@@ -42,10 +42,10 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     u = report["utility"]
     assert u["vocabulary_size"] > 10 and -1 <= u["npmi"] <= 1 and u["umass"] < 0
     assert 0 <= u["against_non_private"]["l1"] <= 2 and u["perplexity_in_sample"] > 1
-    assert report["claim_per_document"]["epsilon"] == pytest.approx(5.0)
-    # M1's share of the default split (25%), per document; no stage suspected on a pass
-    assert report["m1_claim_per_document"]["epsilon"] == pytest.approx(1.25)
-    assert report["suspect_stage"] is None
+    # the release's claim and each stage's share of the default split (25% / 75%)
+    claims = {k: c["epsilon"] for k, c in report["claims_per_document"].items()}
+    assert claims == pytest.approx({"release": 5.0, "M1": 1.25, "M2": 3.75})
+    assert report["suspects"] == [] and not any(b["exceeded"] for b in report["bounds"].values())
     assert set(report["attacks"]) == {
         "lira-online",
         "lira-online-eq3",
@@ -53,6 +53,7 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
         "huang-max-posterior",
         "huang-std",
         "huang-negative-entropy",
+        "m2-lira-online",
     }
     # the audit writes nothing into the release area and charges nothing
     assert sorted(p.name for p in (workspace.root / "releases" / run_id).iterdir()) == (

@@ -47,7 +47,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) -> None:
     """``report.html`` next to the plots (referenced by file name)."""
     g = manifest["guarantee"]
-    claim = report["claim_per_document"]
+    claim = report["claims_per_document"]["release"]
     stages = _table(
         ["step", "mechanism", "notion", "adjacency", "epsilon", "delta"],
         [
@@ -67,10 +67,11 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
         [[str(i), " ".join(ws)] for i, ws in enumerate(manifest["top_words"])],
     )
     attacks = _table(
-        ["attack", "AUC", "TPR at 0.1% FPR", "TPR at 1% FPR", "epsilon lower bound"],
+        ["attack", "tests", "AUC", "TPR at 0.1% FPR", "TPR at 1% FPR", "epsilon lower bound"],
         [
             [
                 name,
+                r["scope"],
                 f"{r['auc']:.3f}",
                 f"{r['tpr_at_fpr_0.001']:.4f}",
                 f"{r['tpr_at_fpr_0.01']:.4f}",
@@ -112,9 +113,19 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
     claim_text = (
         f"{claim['epsilon']:.4g}" if claim["epsilon"] is not None else "no per-document claim"
     )
-    m1 = report["m1_claim_per_document"]
-    m1_text = f"{m1['epsilon']:.4g}" if m1["epsilon"] is not None else "none"
-    suspect = f" Suspect stage: {report['suspect_stage']}." if report["suspect_stage"] else ""
+    bounds = _table(
+        ["tests", "claim per document", "largest lower bound", "exceeded"],
+        [
+            [
+                scope,
+                "none" if b["claim"] is None else f"{b['claim']:.4g}",
+                f"{b['lower_bound']:.3f}",
+                "YES" if b["exceeded"] else "no",
+            ]
+            for scope, b in report["bounds"].items()
+        ],
+    )
+    suspects = f" Suspect: {', '.join(report['suspects'])}." if report["suspects"] else ""
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Audit of {html.escape(report["run_id"])}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
@@ -127,21 +138,22 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em}
 Claim per document: {html.escape(claim_text)} ({html.escape(claim["reason"])}).
 Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
 ({report["confidence"]:.0%} confidence, {report["shadows"]} shadow models, {report["mode"]} LiRA,
-{report["documents"]} documents).
-M1's own claim per document: {html.escape(m1_text)}; the vocabulary attack's bound:
-{report["m1_lower_bound"]:.3f}.{html.escape(suspect)}</p>
+{report["documents"]} documents).{html.escape(suspects)}</p>
 <p>Normality of the shadow statistics (appendix D): {report["normality"]["rejected"]} of
 {report["normality"]["tests"]} Shapiro-Wilk tests reject at FDR
 {report["normality"]["level"]:g} (Benjamini-Hochberg).</p>
 <h2>Utility (on the run's documents)</h2>{utility}
 <h2>Stages</h2>{stages}
+<h2>Lower bounds against claims</h2>{bounds}
 <h2>Attacks</h2>
-<p>LiRA runs on three statistics of each document under each model: the release
-likelihood (the document under Phi on the model's vocabulary S, with probability
-1e-6 spread over the {report["word_universe"]} words outside it; sees S and Phi),
-"-eq3" (the paper's eq. 3 on the document's tokens in S) and "-vocabulary" (the number of
-its tokens in S; sees M1's output only, so it tests M1 alone). The Huang et al. baselines
-threshold the target's theta-hat globally.</p>{attacks}
+<p>Pipeline models run M1, SAN and M2 on their half. LiRA runs on three statistics of
+each document under each of them: the release likelihood (the document under Phi on the
+model's vocabulary S, with probability 1e-6 spread over the {report["word_universe"]}
+words outside it; sees S and Phi), "-eq3" (the paper's eq. 3 on the document's tokens in S)
+and "-vocabulary" (the number of its tokens in S; sees M1's output only, so it tests M1
+alone). The Huang et al. baselines threshold the target's theta-hat globally. "m2-" attacks
+use models that all keep the release's own vocabulary, so only M2 sees the half: they test
+M2 alone.</p>{attacks}
 <h2>ROC curves</h2>{images}
 <h2>Top words (from the release)</h2>{topics}
 </body></html>
