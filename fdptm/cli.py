@@ -154,7 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=int)
     aud.add_argument("--confidence", type=float, default=0.95)
     aud.add_argument(
-        "--workers", type=int, default=1, help="local processes for the models (default 1)"
+        "--workers",
+        type=int,
+        help="models trained at once on this machine (default: one per core)",
+    )
+    aud.add_argument(
+        "--processes",
+        action="store_true",
+        help="run the models in local processes instead of threads",
     )
     aud.add_argument("--dask-address", help="run the models on this Dask cluster")
     workspace(aud)
@@ -323,10 +330,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         seed=args.seed,
         confidence=args.confidence,
     )
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise BadInputError(f"--workers must be >= 1, got {args.workers}")
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        report = audit(spec, workers=args.workers, dask_address=args.dask_address)
+        report = audit(spec, args.workers, args.dask_address, args.processes)
     claim = report["claims_per_document"]["release"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
     print(f"claim per document: epsilon={claim['epsilon']} ({claim['reason']})")

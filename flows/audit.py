@@ -5,11 +5,14 @@ each shadow, once through the whole pipeline and once through M2 alone on the re
 vocabulary: ``fdptm.audit.attacks``) is an independent ``audit-model`` task that reads the
 bounded tokens itself and returns per-document statistics only, so no process holds all
 models' document-term matrices; ``conclude`` attacks the target and writes the internal
-report. ``workers`` > 1 runs the models on a local process pool; ``dask_address`` on a Dask
-cluster (prefect-dask). With one worker the models run one after another in this process.
+report. The models run on local threads by default (one per core; ``task_runner`` says
+why), on a local process pool with ``processes``, or on a Dask cluster with
+``dask_address`` (prefect-dask).
 """
 
 from __future__ import annotations
+
+import os
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
@@ -28,18 +31,25 @@ def model_task(plan: AuditPlan, index: int, m2_only: bool) -> ModelScores:
     return model_statistics(plan, index, m2_only)
 
 
-def task_runner(workers: int, dask_address: str | None):
-    """Dask when an address is given, else local processes, else one thread."""
+def task_runner(workers: int | None = None, dask_address: str | None = None, processes=False):
+    """Dask when an address is given, else ``workers`` local processes or threads.
+
+    Threads are the default: every kernel a model spends its time in is numba-compiled
+    with ``nogil``, so threads use all cores without the cost of processes (each imports
+    the whole stack and holds its own copy: benchmarks/audit_results.md measures both).
+    ``workers`` defaults to the number of cores.
+    """
     if dask_address:
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=dask_address)
-    if workers > 1:
+    workers = workers or os.cpu_count() or 1
+    if processes:
         return ProcessPoolTaskRunner(max_workers=workers)
-    return ThreadPoolTaskRunner(max_workers=1)
+    return ThreadPoolTaskRunner(max_workers=workers)
 
 
-@flow(name="audit", log_prints=False)
+@flow(name="audit", log_prints=False, task_runner=task_runner())
 def audit_flow(spec: AuditSpec) -> dict:
     """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
     plan = plan_audit(spec)
@@ -66,9 +76,15 @@ def audit_flow(spec: AuditSpec) -> dict:
     return report
 
 
-def audit(spec: AuditSpec, workers: int = 1, dask_address: str | None = None) -> dict:
-    """Run the audit flow with the task runner that ``workers`` and ``dask_address`` ask for."""
-    return audit_flow.with_options(task_runner=task_runner(workers, dask_address))(spec)
+def audit(
+    spec: AuditSpec,
+    workers: int | None = None,
+    dask_address: str | None = None,
+    processes: bool = False,
+) -> dict:
+    """Run the audit flow on the task runner that the arguments ask for (``task_runner``)."""
+    runner = task_runner(workers, dask_address, processes)
+    return audit_flow.with_options(task_runner=runner)(spec)
 
 
 @flow(name="audited-release", log_prints=False)

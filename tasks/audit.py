@@ -48,6 +48,8 @@ from fdptm.tasks.vocabulary import select_vocabulary
 MODES = ("online", "offline")
 LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
 FPRS = (0.001, 0.01)
+ROC_GRID = np.logspace(-4, 0, 41)
+"""FPRs at which the JSON report samples each ROC curve (the plots show it in full)."""
 
 
 class AuditFailedError(FdptmError):
@@ -95,6 +97,7 @@ def _attack_summary(scores: np.ndarray, members: np.ndarray, delta: float, spec:
         "auc": curve.auc(),
         **{f"tpr_at_fpr_{f:g}": curve.tpr_at(f) for f in FPRS},
         "epsilon_lower_bound": bound.to_dict(),
+        "roc": {"fpr": ROC_GRID.tolist(), "tpr": [curve.tpr_at(f) for f in ROC_GRID]},
     }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fdptm.audit.bound import claim_per_document, split_bound
-from fdptm.audit.epsilon import epsilon_lower_bound
+from fdptm.audit.epsilon import epsilon_lower_bound, epsilon_lower_bounds
 from fdptm.privacy.adjacency import Adjacency
 
 
@@ -50,3 +50,15 @@ def test_claim_per_document(unit, docs, expected):
         assert claim.epsilon is None and "says nothing" in claim.reason
     else:
         assert (claim.epsilon, claim.delta) == pytest.approx(expected)
+
+
+def test_vectorised_bounds_equal_the_scalar_ones_including_the_edges():
+    rng = np.random.default_rng(5)
+    tp = np.r_[0, 40, rng.integers(0, 41, 50)]
+    fp = np.r_[0, 60, rng.integers(0, 61, 50)]
+    vector = epsilon_lower_bounds(tp, 40, fp, 60, delta=1e-3, confidence=0.9)
+    scalar = [
+        epsilon_lower_bound(int(t), 40, int(f), 60, delta=1e-3, confidence=0.9).epsilon
+        for t, f in zip(tp, fp, strict=True)
+    ]
+    assert vector == pytest.approx(scalar, abs=1e-12)

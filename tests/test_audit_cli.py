@@ -61,7 +61,7 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     )
     assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == ledger_before
     # the models fanned out on two local processes give the same kind of report
-    assert main([*audit[:-2], "--mode", "offline", "--workers", "2", *ws]) == 0
+    assert main([*audit[:-2], "--mode", "offline", "--workers", "2", "--processes", *ws]) == 0
     assert "lira-offline" in capsys.readouterr().out
     assert main(["audit", "--run", "nope", *ws]) == 2
     assert "no published release" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fdptm.audit.epsilon import EpsilonBound, epsilon_lower_bound
+from fdptm.audit.epsilon import EpsilonBound, epsilon_lower_bound, epsilon_lower_bounds
 from fdptm.privacy.adjacency import Adjacency, group_privacy
 
 
@@ -58,14 +58,18 @@ def split_bound(
     ev_s, ev_m = scores[evaluation], members[evaluation]
     if not (sel_m.any() and (~sel_m).any() and ev_m.any() and (~ev_m).any()):
         raise ValueError("both halves need members and non-members")
-    best, best_value = np.inf, -1.0
-    for threshold in np.unique(sel_s):
-        tp, fp = _counts(sel_s, sel_m, threshold)
-        value = epsilon_lower_bound(
-            tp, int(sel_m.sum()), fp, int((~sel_m).sum()), delta=delta, confidence=confidence
-        ).epsilon
-        if value > best_value:
-            best, best_value = float(threshold), value
+    order = np.argsort(-sel_s, kind="stable")
+    ordered, flags = sel_s[order], sel_m[order]
+    last = np.r_[np.flatnonzero(ordered[1:] != ordered[:-1]), len(ordered) - 1]
+    values = epsilon_lower_bounds(
+        np.cumsum(flags)[last],
+        int(sel_m.sum()),
+        np.cumsum(~flags)[last],
+        int((~sel_m).sum()),
+        delta=delta,
+        confidence=confidence,
+    )
+    best = float(ordered[last][int(np.argmax(values))])
     tp, fp = _counts(ev_s, ev_m, best)
     bound = epsilon_lower_bound(
         tp, int(ev_m.sum()), fp, int((~ev_m).sum()), delta=delta, confidence=confidence

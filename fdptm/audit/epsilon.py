@@ -17,9 +17,9 @@ selection itself inflates the bound.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.stats import beta
 
 
@@ -62,6 +62,40 @@ class EpsilonBound:
         return dict(self.__dict__)
 
 
+def _epsilon(tpr_low, fpr_high, delta: float):
+    """max(0, log((TPR_lo - delta) / FPR_hi), log((1 - FPR_hi - delta) / (1 - TPR_lo))),
+    elementwise: the two inequalities an (epsilon, delta)-DP test must satisfy."""
+    tpr_low, fpr_high = np.asarray(tpr_low, float), np.asarray(fpr_high, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.where(
+            (tpr_low - delta > 0) & (fpr_high > 0), np.log((tpr_low - delta) / fpr_high), 0.0
+        )
+        second = np.where(
+            (1 - fpr_high - delta > 0) & (tpr_low < 1),
+            np.log((1 - fpr_high - delta) / (1 - tpr_low)),
+            0.0,
+        )
+    return np.maximum(0.0, np.maximum(first, second))
+
+
+def epsilon_lower_bounds(
+    true_positives: np.ndarray,
+    positives: int,
+    false_positives: np.ndarray,
+    negatives: int,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+) -> np.ndarray:
+    """``epsilon_lower_bound(...).epsilon`` for arrays of counts (one per threshold)."""
+    alpha = (1 - confidence) / 2
+    tp, fp = np.asarray(true_positives), np.asarray(false_positives)
+    with np.errstate(invalid="ignore"):
+        tpr_low = np.where(tp > 0, beta.ppf(alpha, tp, positives - tp + 1), 0.0)
+        fpr_high = np.where(fp < negatives, beta.ppf(1 - alpha, fp + 1, negatives - fp), 1.0)
+    return _epsilon(tpr_low, fpr_high, delta)
+
+
 def epsilon_lower_bound(
     true_positives: int,
     positives: int,
@@ -76,13 +110,8 @@ def epsilon_lower_bound(
     alpha = (1 - confidence) / 2
     tpr_low = clopper_pearson_lower(true_positives, positives, alpha)
     fpr_high = clopper_pearson_upper(false_positives, negatives, alpha)
-    candidates = [0.0]
-    if tpr_low - delta > 0 and fpr_high > 0:
-        candidates.append(math.log((tpr_low - delta) / fpr_high))
-    if 1 - fpr_high - delta > 0 and tpr_low < 1:
-        candidates.append(math.log((1 - fpr_high - delta) / (1 - tpr_low)))
     return EpsilonBound(
-        epsilon=max(candidates),
+        epsilon=float(_epsilon(tpr_low, fpr_high, delta)),
         confidence=confidence,
         delta=delta,
         tpr=true_positives / positives,

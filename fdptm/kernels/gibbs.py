@@ -24,7 +24,7 @@ def _draw(p, total, u):
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def initialise(doc_ptr, words, z, n_dk, n_wk, n_k):
     """Counts from the topic assignments ``z``."""
     for d in range(doc_ptr.shape[0] - 1):
@@ -35,7 +35,7 @@ def initialise(doc_ptr, words, z, n_dk, n_wk, n_k):
             n_k[k] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cgs_sweep(doc_ptr, words, z, n_dk, n_wk, n_k, alpha, beta, uniforms):
     """One sweep of standard (non-private) collapsed Gibbs sampling for LDA.
 
@@ -69,7 +69,7 @@ def cgs_sweep(doc_ptr, words, z, n_dk, n_wk, n_k, alpha, beta, uniforms):
             inv[new] = 1.0 / (n_k[new] + vbeta)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hdp_weights(n_wk, eta, clip, beta, sanitized, weights):
     """Sanitize the topic-word counts and build the clipped word factor of one iteration.
 
@@ -99,7 +99,7 @@ def hdp_weights(n_wk, eta, clip, beta, sanitized, weights):
             weights[w, k] = (s + beta) * colsum[k]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hdp_sweep(doc_ptr, words, z, n_dk, n_wk, weights, alpha, uniforms):
     """One HDP-LDA sweep: sample every token from the iteration's fixed sanitized weights.
 
@@ -127,7 +127,7 @@ def hdp_sweep(doc_ptr, words, z, n_dk, n_wk, weights, alpha, uniforms):
             n_wk[w, new] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def noisy_sweep(doc_ptr, words, z, n_dk, n_wk, n_k, eta_dk, eta_wk, alpha, beta, uniforms):
     """One CGS sweep whose conditional reads Laplace-perturbed counts (Zhu; CDP-LDA/+).
 

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def weighted_greedy(order, offsets, items, gamma, hist):
     """Carvalho et al.: fill each author's items, in the author's own order, up to gamma.
 
@@ -36,7 +36,7 @@ def weighted_greedy(order, offsets, items, gamma, hist):
                 break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def l1_descent(order, offsets, items, gamma, hist):
     """Gopi et al. policy Laplace: l1-descent with a budget of 1 (supplement, Algorithm 4).
 
@@ -73,7 +73,7 @@ def l1_descent(order, offsets, items, gamma, hist):
                 hist[items[start + j]] += gaps[j] if gaps[j] < level else level
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def l2_descent(order, offsets, items, gamma, hist):
     """Gopi et al. policy Gaussian: move toward the cut-off by at most 1 in l2 norm.
 

@@ -18,7 +18,7 @@ from numba import njit
 _ROUND_DOWN = 1.0 - 1e-12  # keeps clip(S)'s norm <= C despite rounding in clip / norm
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def digamma(x):
     """psi(x) for x > 0: recurrence up to x >= 6, then the asymptotic (Bernoulli) series to
     x^-14; the first omitted term is below 2e-13 at x = 6.
@@ -56,7 +56,7 @@ def _exp_elog_theta(gamma, out):
         out[k] = math.exp(digamma(gamma[k]) - base)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth):
     """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
 
@@ -95,7 +95,7 @@ def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, g
             break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _add_doc_stats(words, counts, exp_elog_beta, eth, scratch, touched, n_touched, mark):
     """scratch[w, k] += n_w phi_wk for one document; returns the new number of touched words.
 
@@ -119,7 +119,7 @@ def _add_doc_stats(words, counts, exp_elog_beta, eth, scratch, touched, n_touche
     return n_touched
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def clipped_statistics(
     unit_ptr,
     unit_docs,

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def zeta_all(doc_ptr, word_ids, counts, phi_t, max_iterations, tolerance, out_theta, out_zeta):
     """zeta and the maximising theta of every document; ``phi_t`` is words x topics.
 

@@ -1,0 +1,432 @@
+"""Audit performance and the FDPTM paper's PHEME reproduction (issue 4).
+
+    pip install -e .
+    python benchmarks/audit.py          # writes benchmarks/audit_results.{md,json}, audit_roc.png
+    python benchmarks/audit.py --only performance
+
+All parts run on ../shared/data/pheme/pheme_clean.json (the paper's preprocessing, 5,698
+tweets), ingested into a temporary workspace with document-level units, at k = 5 topics
+and 64 shadow models (the paper uses 128):
+
+1. performance: ``fdptm audit --run ID --shadows 64`` on a dp-vi release (epsilon 5, the
+   CLI's defaults) in a fresh interpreter, as a user runs it: wall time and the peak
+   resident memory of the whole process tree (sampled every 20 ms), with one worker and two.
+2. non-private LDA with the full vocabulary (the paper's section 3 set-up): every model is
+   non-private collapsed Gibbs sampling on its half with the corpus's whole vocabulary;
+   online LiRA on zeta (eq. 3) against the three Huang et al. baselines.
+3. FDPTM LiRA while varying epsilon1 in {1, 5, 10} at epsilon2 = 5, and epsilon2 at
+   epsilon1 = 5 (the paper's Figure 6): a release per pair through ``fdptm release`` with the
+   paper's M2 (Zhu et al., ``zhu``) and with ours (``dp-vi``), each audited through the audit
+   flow; ROC curves in audit_roc.png.
+4. UMass coherence (eq. 4) of a non-private M2 on the DP vocabulary as epsilon1 grows
+   (Figure 4) and the vocabulary size (Figure 9), 3 seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import machine  # noqa: E402
+
+PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
+SHADOWS = 64
+TOPICS = 5
+DELTA = 1e-5
+PAIRS = [(1, 5), (5, 5), (10, 5), (5, 1), (5, 10)]
+M2S = ("zhu", "dp-vi")
+EPSILON1 = [0.5, 1, 2, 3, 5, 8, 10, 15, 20]
+SEEDS = (0, 1, 2)
+CGS_ITERATIONS = 200
+PARTS = ("performance", "non-private", "fdptm", "coherence")
+
+
+def _workspace(root: Path):
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks.ingest import ingest
+
+    workspace = Workspace.resolve(root)
+    ingest(PHEME, "pheme", workspace, unit="document")
+    return workspace
+
+
+def _release(workspace, eps1: float, eps2: float, mechanism: str, seed: int = 0) -> str:
+    from fdptm.flows.release import release
+
+    outcome = release(
+        "pheme",
+        eps1 + eps2,
+        DELTA,
+        TOPICS,
+        iterations=20,
+        mechanism=mechanism,
+        seed=seed,
+        workspace=str(workspace.root),
+        m1_fraction=eps1 / (eps1 + eps2),
+        allow_unproven=mechanism == "zhu",
+    )
+    return outcome["run_id"]
+
+
+def _bounded(workspace, run_id: str):
+    from fdptm.storage.artifacts import read_parquet
+    from fdptm.storage.catalog import Catalog
+
+    row = Catalog(workspace).artifact(f"run/{run_id}/bounded_tokens")
+    return read_parquet(workspace.root / row["path"], row["sha256"])
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += p.memory_info().rss
+    return total
+
+
+def _measured(command: list[str]) -> tuple[float, int, str]:
+    """Wall seconds and peak process-tree RSS of ``command``; its stdout."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+
+    def sample():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}): {err[-2000:]}")
+    return seconds, peak[0], out
+
+
+def performance(workspace) -> list[dict]:
+    run_id = _release(workspace, 1.25, 3.75, "dp-vi")
+    fdptm = str(Path(sys.executable).with_name("fdptm"))
+    rows = []
+    for workers, runner in ((1, "threads"), (2, "threads"), (2, "processes")):
+        command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
+        command += ["--workers", str(workers), "--workspace", str(workspace.root)]
+        command += ["--processes"] if runner == "processes" else []
+        seconds, peak, _ = _measured(command)
+        rows.append(
+            {
+                "workers": workers,
+                "runner": runner,
+                "seconds": seconds,
+                "peak_rss_mb": peak / 2**20,
+                "run": run_id,
+            }
+        )
+        print(f"audit, {workers} {runner}: {seconds:.1f} s, {peak / 2**20:.0f} MB", flush=True)
+    return rows
+
+
+def non_private(workspace) -> dict:
+    """Section 3: non-private CGS with the full vocabulary, online LiRA vs Huang et al."""
+    from fdptm.audit.attacks import attacks
+    from fdptm.audit.lira import roc
+    from fdptm.audit.shadows import half_masks, score_documents, train_on, universe_size
+    from fdptm.mechanisms.lda import train_cgs
+    from fdptm.privacy.noise import NoiseSource
+
+    run_id = _release(workspace, 1.25, 3.75, "dp-vi", seed=1)
+    bounded = _bounded(workspace, run_id)
+    import pyarrow.compute as pc
+
+    words = sorted(pc.unique(pc.list_flatten(bounded.column("tokens"))).to_pylist())
+    universe = universe_size(bounded)
+    masks = half_masks(bounded.num_rows, SHADOWS + 1, np.random.default_rng(7))
+
+    def model(index: int):
+        def train(corpus, noise):
+            return train_cgs(corpus, TOPICS, CGS_ITERATIONS, noise, alpha=1.0 / TOPICS, beta=0.01)
+
+        trained = train_on(
+            bounded, masks[index], lambda t, n: words, train, NoiseSource.create(3, index)
+        )
+        return score_documents(trained, bounded, TOPICS, universe)
+
+    start = time.perf_counter()
+    models = [model(i) for i in range(SHADOWS + 1)]
+    seconds = time.perf_counter() - start
+    found = attacks("online", masks, models, models)
+    names = ["lira-online-eq3", "huang-max-posterior", "huang-std", "huang-negative-entropy"]
+    result = {"documents": bounded.num_rows, "vocabulary": len(words), "seconds": seconds}
+    for name in names:
+        curve = roc(found[name].scores, masks[0])
+        result[name] = {
+            "auc": curve.auc(),
+            "tpr_at_0.1%": curve.tpr_at(0.001),
+            "tpr_at_1%": curve.tpr_at(0.01),
+            "curve": curve,
+        }
+        print(f"non-private {name}: {curve.tpr_at(0.001):.4f} at 0.1% FPR", flush=True)
+    return result
+
+
+def fdptm_runs(workspace) -> list[dict]:
+    """Figure 6: the audit of a release per (epsilon1, epsilon2) pair and M2."""
+    from fdptm.flows.audit import audit_flow
+    from fdptm.tasks.audit import AuditFailedError, AuditSpec
+
+    rows = []
+    for mechanism in M2S:
+        for eps1, eps2 in PAIRS:
+            run_id = _release(workspace, eps1, eps2, mechanism)
+            spec = AuditSpec(run_id, str(workspace.root), shadows=SHADOWS, seed=11)
+            try:
+                report = audit_flow(spec)
+            except AuditFailedError as failure:
+                report = json.loads(
+                    (
+                        workspace.root / "internal" / "audits" / f"{run_id}-online" / "audit.json"
+                    ).read_text()
+                )
+                report["failure"] = str(failure)
+            attack = report["attacks"]
+            rows.append(
+                {
+                    "mechanism": mechanism,
+                    "epsilon1": eps1,
+                    "epsilon2": eps2,
+                    "vocabulary": report["utility"]["vocabulary_size"],
+                    "attacks": {
+                        name: {
+                            k: a[k] for k in ("auc", "tpr_at_fpr_0.001", "tpr_at_fpr_0.01", "roc")
+                        }
+                        for name, a in attack.items()
+                    },
+                    "bounds": report["bounds"],
+                    "verdict": report["verdict"],
+                    "umass": report["utility"]["umass"],
+                    "run": run_id,
+                }
+            )
+            print(f"{mechanism} eps1={eps1} eps2={eps2}: {report['verdict']}", flush=True)
+    return rows
+
+
+def coherence(workspace) -> list[dict]:
+    """Figures 4 and 9: a non-private M2 on the DP vocabulary as epsilon1 grows."""
+    from fdptm.evaluation.comparison import without_word
+    from fdptm.evaluation.metrics import umass
+    from fdptm.mechanisms.lda import train_cgs
+    from fdptm.mechanisms.set_union import set_union_params
+    from fdptm.privacy.noise import NoiseSource
+    from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
+    from fdptm.tasks.vocabulary import select_vocabulary
+
+    bounded = _bounded(workspace, _release(workspace, 1.25, 3.75, "dp-vi", seed=2))
+
+    def one(words: list[str], seed: int) -> float:
+        sanitized = corpus_of(sanitize(bounded, words), len(words))
+        noise = NoiseSource.create(seed, 5)
+        phi = drop_oov(train_cgs(sanitized, TOPICS, CGS_ITERATIONS, noise, alpha=1.0 / TOPICS))
+        return umass(phi, without_word(sanitized, len(words)))
+
+    import pyarrow.compute as pc
+
+    full = sorted(pc.unique(pc.list_flatten(bounded.column("tokens"))).to_pylist())
+    rows = [
+        {
+            "epsilon1": None,
+            "vocabulary": [len(full)] * len(SEEDS),
+            "umass": [one(full, seed) for seed in SEEDS],
+        }
+    ]
+    for eps1 in EPSILON1:
+        params = set_union_params("weighted", eps1, DELTA)
+        sizes, scores = [], []
+        for seed in SEEDS:
+            words = select_vocabulary(bounded, params, NoiseSource.create(seed, 1))
+            sizes.append(len(words))
+            scores.append(one(words, seed))
+        rows.append({"epsilon1": eps1, "vocabulary": sizes, "umass": scores})
+        print(f"eps1={eps1}: vocabulary {np.mean(sizes):.0f}, UMass {np.mean(scores):.2f}")
+    return rows
+
+
+def _roc_figure(non_private_result: dict | None, runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 1 + len(M2S), figsize=(5 * (1 + len(M2S)), 4.5))
+    grid = np.logspace(-4, 0, 200)
+    if non_private_result:
+        ax = axes[0]
+        for name in ("lira-online-eq3", "huang-max-posterior", "huang-std"):
+            curve = non_private_result[name]["curve"]
+            ax.loglog(curve.fpr, curve.tpr, label=name)
+        ax.set_title("non-private LDA, full vocabulary")
+    for ax, mechanism in zip(axes[1:], M2S, strict=True):
+        for row in (r for r in runs if r["mechanism"] == mechanism):
+            r = row["attacks"]["lira-online"]["roc"]
+            ax.loglog(r["fpr"], r["tpr"], label=f"eps1={row['epsilon1']}, eps2={row['epsilon2']}")
+        ax.set_title(f"FDPTM, M2 = {mechanism}")
+    for ax in axes:
+        ax.loglog(grid, grid, "k:", linewidth=0.8)
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.set_xlim(1e-4, 1)
+        ax.set_ylim(1e-4, 1)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        "# Audit benchmark and PHEME reproduction",
+        "",
+        f"`python benchmarks/audit.py` on {m['cpu']} ({m['cores']} cores), {m['date']}.",
+        "PHEME `pheme_clean.json` (the paper's preprocessing), document-level units, k = 5,",
+        f"{SHADOWS} shadow models. Attack results are internal (computed on the documents).",
+        "",
+    ]
+    if "performance" in results:
+        lines += [
+            "## Performance: `fdptm audit --shadows 64` end to end (target < 30 s, < 1.5 GB)",
+            "",
+            "A dp-vi release at epsilon 5 (defaults: 20 iterations). The audit trains 65",
+            "pipeline models and 65 M2-alone models, scores every document under each and",
+            "attacks; wall time of the command in a fresh interpreter (Prefect's temporary",
+            "server included) and peak RSS summed over its process tree.",
+            "",
+            "| workers | runner | wall (s) | peak RSS (MB) |",
+            "|---|---|---|---|",
+        ]
+        for r in results["performance"]:
+            lines.append(
+                f"| {r['workers']} | {r['runner']} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} |"
+            )
+        lines.append("")
+    if "non-private" in results:
+        r = results["non-private"]
+        lines += [
+            "## Non-private LDA with the full vocabulary (paper section 3)",
+            "",
+            f"{r['documents']} documents, vocabulary {r['vocabulary']}; non-private collapsed",
+            f"Gibbs sampling ({CGS_ITERATIONS} sweeps, alpha = 1/k, beta = 0.01) on each half;",
+            f"{SHADOWS + 1} models trained in {r['seconds']:.0f} s.",
+            "",
+            "| attack | AUC | TPR at 0.1% FPR | TPR at 1% FPR | paper (128 shadows) |",
+            "|---|---|---|---|---|",
+        ]
+        paper = {"lira-online-eq3": "12.8%", "huang-max-posterior": "about 0.19%"}
+        for name in (
+            "lira-online-eq3",
+            "huang-max-posterior",
+            "huang-std",
+            "huang-negative-entropy",
+        ):
+            a = r[name]
+            lines.append(
+                f"| {name} | {a['auc']:.3f} | {a['tpr_at_0.1%']:.2%} | {a['tpr_at_1%']:.2%} | "
+                f"{paper.get(name, 'about 0.19%')} |"
+            )
+        lines.append("")
+    if "fdptm" in results:
+        lines += [
+            "## FDPTM: LiRA as epsilon1 and epsilon2 vary (paper Figure 6)",
+            "",
+            "One release per row (`fdptm release --m1-fraction eps1/(eps1+eps2)`), audited",
+            "with `fdptm audit --shadows 64`. lira-online: the release likelihood;",
+            "eq3: the paper's statistic on in-vocabulary tokens; m2: M2 alone on the",
+            "release's vocabulary. Bounds: 95% Clopper-Pearson on the evaluation half.",
+            "",
+            "| M2 | eps1 | eps2 | vocabulary | AUC | TPR@0.1% | TPR@1% | eq3 AUC | m2 AUC "
+            "| bound (release / M1 / M2) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in results["fdptm"]:
+            a = row["attacks"]
+            main, eq3, m2 = a["lira-online"], a["lira-online-eq3"], a["m2-lira-online"]
+            b = row["bounds"]
+            lines.append(
+                f"| {row['mechanism']} | {row['epsilon1']} | {row['epsilon2']} | "
+                f"{row['vocabulary']} | {main['auc']:.3f} | {main['tpr_at_fpr_0.001']:.2%} | "
+                f"{main['tpr_at_fpr_0.01']:.2%} | {eq3['auc']:.3f} | {m2['auc']:.3f} | "
+                f"{b['release']['lower_bound']:.2f} / {b['M1']['lower_bound']:.2f} / "
+                f"{b['M2']['lower_bound']:.2f} | {row['verdict']} |"
+            )
+        lines += ["", "ROC curves (log-log): `audit_roc.png`.", ""]
+    if "coherence" in results:
+        lines += [
+            "## Coherence and vocabulary size as epsilon1 grows (Figures 4 and 9)",
+            "",
+            f"Weighted DP set union (alpha = 3, delta = {DELTA:g}) at epsilon1, then",
+            f"non-private collapsed Gibbs sampling ({CGS_ITERATIONS} sweeps) on the sanitized",
+            f"corpus; UMass (eq. 4, top 10) on it; mean (min-max) over seeds {SEEDS}.",
+            "",
+            "| epsilon1 | vocabulary | UMass |",
+            "|---|---|---|",
+        ]
+        for row in results["coherence"]:
+            v, u = row["vocabulary"], row["umass"]
+            label = "full (no M1)" if row["epsilon1"] is None else f"{row['epsilon1']:g}"
+            lines.append(
+                f"| {label} | {np.mean(v):.0f} ({min(v)}-{max(v)}) | "
+                f"{np.mean(u):.2f} ({min(u):.2f} to {max(u):.2f}) |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=PARTS, action="append")
+    args = parser.parse_args()
+    parts = args.only or list(PARTS)
+    results: dict = {"machine": machine()}
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = _workspace(Path(tmp) / "ws")
+        if "performance" in parts:
+            results["performance"] = performance(workspace)
+        if "non-private" in parts:
+            results["non-private"] = non_private(workspace)
+        if "fdptm" in parts:
+            results["fdptm"] = fdptm_runs(workspace)
+        if "coherence" in parts:
+            results["coherence"] = coherence(workspace)
+    if "non-private" in results or "fdptm" in results:
+        _roc_figure(results.get("non-private"), results.get("fdptm", []), HERE / "audit_roc.png")
+    for r in [results.get("non-private", {})]:
+        for name in list(r):
+            if isinstance(r[name], dict):
+                r[name].pop("curve", None)
+    (HERE / "audit_results.json").write_text(json.dumps(results, indent=2, default=str))
+    (HERE / "audit_results.md").write_text(_markdown(results))
+    print(_markdown(results))
+
+
+if __name__ == "__main__":
+    main()
