@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,10 +104,14 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def _measured(command: list[str]) -> tuple[float, int, str]:
-    """Wall seconds and peak process-tree RSS of ``command``; its stdout."""
+def _measured(command: list[str], home: Path) -> tuple[float, int, str]:
+    """Wall seconds and peak process-tree RSS of ``command``, run with its own Prefect home
+    (its own temporary server and database, as on a fresh machine); its stdout."""
+    env = {**os.environ, "PREFECT_HOME": str(home)}
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     peak = [0]
 
     def sample():
@@ -132,7 +137,7 @@ def performance(workspace) -> list[dict]:
         command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
         command += ["--workers", str(workers), "--workspace", str(workspace.root)]
         command += ["--processes"] if runner == "processes" else []
-        seconds, peak, _ = _measured(command)
+        seconds, peak, _ = _measured(command, workspace.root.parent / f"prefect-{runner}")
         rows.append(
             {
                 "workers": workers,
@@ -153,6 +158,7 @@ def non_private(workspace) -> dict:
     from fdptm.audit.shadows import half_masks, score_documents, train_on, universe_size
     from fdptm.mechanisms.lda import train_cgs
     from fdptm.privacy.noise import NoiseSource
+    from fdptm.tasks.audit import ROC_GRID
 
     run_id = _release(workspace, 1.25, 3.75, "dp-vi", seed=1)
     bounded = _bounded(workspace, run_id)
@@ -183,7 +189,7 @@ def non_private(workspace) -> dict:
             "auc": curve.auc(),
             "tpr_at_0.1%": curve.tpr_at(0.001),
             "tpr_at_1%": curve.tpr_at(0.01),
-            "curve": curve,
+            "roc": {"fpr": ROC_GRID.tolist(), "tpr": [curve.tpr_at(f) for f in ROC_GRID]},
         }
         print(f"non-private {name}: {curve.tpr_at(0.001):.4f} at 0.1% FPR", flush=True)
     return result
@@ -282,8 +288,8 @@ def _roc_figure(non_private_result: dict | None, runs: list[dict], path: Path) -
     if non_private_result:
         ax = axes[0]
         for name in ("lira-online-eq3", "huang-max-posterior", "huang-std"):
-            curve = non_private_result[name]["curve"]
-            ax.loglog(curve.fpr, curve.tpr, label=name)
+            r = non_private_result[name]["roc"]
+            ax.loglog(r["fpr"], r["tpr"], label=name)
         ax.set_title("non-private LDA, full vocabulary")
     for ax, mechanism in zip(axes[1:], M2S, strict=True):
         for row in (r for r in runs if r["mechanism"] == mechanism):
@@ -406,7 +412,9 @@ def main() -> None:
     parser.add_argument("--only", choices=PARTS, action="append")
     args = parser.parse_args()
     parts = args.only or list(PARTS)
-    results: dict = {"machine": machine()}
+    out = HERE / "audit_results.json"
+    results: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
+    results["machine"] = machine()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _workspace(Path(tmp) / "ws")
         if "performance" in parts:
@@ -417,13 +425,9 @@ def main() -> None:
             results["fdptm"] = fdptm_runs(workspace)
         if "coherence" in parts:
             results["coherence"] = coherence(workspace)
-    if "non-private" in results or "fdptm" in results:
+    if {"non-private", "fdptm"} & set(parts):
         _roc_figure(results.get("non-private"), results.get("fdptm", []), HERE / "audit_roc.png")
-    for r in [results.get("non-private", {})]:
-        for name in list(r):
-            if isinstance(r[name], dict):
-                r[name].pop("curve", None)
-    (HERE / "audit_results.json").write_text(json.dumps(results, indent=2, default=str))
+    out.write_text(json.dumps(results, indent=2, default=str))
     (HERE / "audit_results.md").write_text(_markdown(results))
     print(_markdown(results))
 

@@ -1,4 +1,5 @@
-"""The DuckDB catalog: datasets, batches, runs, stage runs, artifacts, ledger, releases.
+"""The DuckDB catalog: datasets, batches, runs, stage runs, artifacts, ledger, releases, and
+the numbers of the latest audit of each release and mode (internal, like the audit).
 
 Every access goes through ``Catalog.connect()``, which holds an exclusive ``fcntl`` lock on
 ``catalog.lock`` and a process-wide thread lock for the life of one short connection. That
@@ -102,6 +103,22 @@ CREATE TABLE IF NOT EXISTS releases (
     adjacency VARCHAR NOT NULL,
     manifest_sha256 VARCHAR NOT NULL,
     released_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_results (
+    run_id VARCHAR NOT NULL,
+    mode VARCHAR NOT NULL,
+    attack VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    shadows INTEGER NOT NULL,
+    confidence DOUBLE NOT NULL,
+    auc DOUBLE NOT NULL,
+    tpr_at_fpr_0_001 DOUBLE NOT NULL,
+    tpr_at_fpr_0_01 DOUBLE NOT NULL,
+    epsilon_lower_bound DOUBLE NOT NULL,
+    claim_epsilon DOUBLE,
+    verdict VARCHAR NOT NULL,
+    audited_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (run_id, mode, attack)
 );
 """
 
@@ -241,6 +258,32 @@ class Catalog:
             con.execute(sql, params)
         else:
             self.execute(sql, params)
+
+    def record_audit(self, report: dict) -> None:
+        """One row per attack of an audit report, replacing the previous audit's rows."""
+        run_id, mode = report["run_id"], report["mode"]
+        at = now()
+        with self.transaction() as con:
+            con.execute("DELETE FROM audit_results WHERE run_id = ? AND mode = ?", [run_id, mode])
+            for name, r in report["attacks"].items():
+                con.execute(
+                    "INSERT INTO audit_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        run_id,
+                        mode,
+                        name,
+                        r["scope"],
+                        report["shadows"],
+                        report["confidence"],
+                        r["auc"],
+                        r["tpr_at_fpr_0.001"],
+                        r["tpr_at_fpr_0.01"],
+                        r["epsilon_lower_bound"]["epsilon"],
+                        report["bounds"][r["scope"]]["claim"],
+                        report["verdict"],
+                        at,
+                    ],
+                )
 
     def artifact(self, name: str) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM artifacts WHERE name = ?", [name])

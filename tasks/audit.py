@@ -279,6 +279,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "internal",
         len(results),
     )
+    catalog.record_audit(report)
     if outcome["verdict"] == "failed":
         raise AuditFailedError(_failure(plan, outcome, out))
     report["path"] = str(out / "report.html")

@@ -60,6 +60,13 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
         release_files
     )
     assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == ledger_before
+    # the same numbers in the catalog, one row per attack
+    rows = catalog.query("SELECT * FROM audit_results WHERE run_id = ? ORDER BY attack", [run_id])
+    assert {r["attack"]: r["auc"] for r in rows} == pytest.approx(
+        {name: a["auc"] for name, a in report["attacks"].items()}
+    )
+    assert {r["scope"] for r in rows} == {"release", "M1", "M2"}
+    assert all(r["verdict"] == "passed" and r["shadows"] == 4 for r in rows)
     # the models fanned out on two local processes give the same kind of report
     assert main([*audit[:-2], "--mode", "offline", "--workers", "2", "--processes", *ws]) == 0
     assert "lira-offline" in capsys.readouterr().out

@@ -52,6 +52,10 @@ def test_audit_of_a_mechanism_without_noise_fails_with_exit_4(
     m2 = report["bounds"]["M2"]
     assert m2["claim"] == pytest.approx(0.1) and m2["lower_bound"] > m2["claim"]
     assert report["verdict"] == "failed" and report["suspects"] == ["M2"]
+    verdicts = Catalog(workspace).query(
+        "SELECT DISTINCT verdict FROM audit_results WHERE run_id = ?", [run_id]
+    )
+    assert verdicts == [{"verdict": "failed"}]  # a failed audit is recorded before it raises
     assert not (workspace.root / "releases" / run_id / "audit.json").exists()
 
     code, _, err = _audit(workspace, "dp-vi", capsys)
