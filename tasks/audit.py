@@ -17,7 +17,7 @@ are internal artifacts (``internal/audits/<run_id>-<mode>/``); the ledger is not
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,14 @@ from fdptm.audit.attacks import attacks, verdict
 from fdptm.audit.bound import DocumentClaim, claim_per_document, split_bound
 from fdptm.audit.lira import normality_check, roc
 from fdptm.audit.report import roc_plot, write_html
-from fdptm.audit.shadows import ModelScores, half_masks, score_documents, train_on, universe_size
+from fdptm.audit.shadows import (
+    ModelScores,
+    half_masks,
+    held_out_perplexity,
+    score_documents,
+    train_on,
+    universe_size,
+)
 from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.mechanisms.set_union import SetUnionParams
@@ -189,7 +196,11 @@ def model_statistics(plan: AuditPlan, index: int, m2_only: bool = False) -> Mode
         return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
 
     model = train_on(bounded, plan.masks[index], vocabulary, train, noise)
-    return score_documents(model, bounded, plan.run.topics, plan.universe)
+    scores = score_documents(model, bounded, plan.run.topics, plan.universe)
+    if index == 0 and not m2_only:  # the configuration's held-out utility, on the other half
+        perplexity = held_out_perplexity(model, bounded, plan.masks[0])
+        return replace(scores, held_out_perplexity=perplexity)
+    return scores
 
 
 def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run: RunSpec):
@@ -260,7 +271,10 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "claims_per_document": {k: c.to_dict() for k, c in plan.claims.items()},
         "attacks": results,
         "normality": normality_check(shadow, plan.masks[1:]).to_dict(),
-        "utility": release_utility(workspace, catalog, spec, run),
+        "utility": {
+            **release_utility(workspace, catalog, spec, run),
+            "perplexity_held_out": pipeline[0].held_out_perplexity,
+        },
         **outcome,
     }
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"

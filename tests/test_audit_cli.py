@@ -42,6 +42,8 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     u = report["utility"]
     assert u["vocabulary_size"] > 10 and -1 <= u["npmi"] <= 1 and u["umass"] < 0
     assert 0 <= u["against_non_private"]["l1"] <= 2 and u["perplexity_in_sample"] > 1
+    # the target model on the half it never saw
+    assert 1 < u["perplexity_held_out"] < float("inf")
     # the release's claim and each stage's share of the default split (25% / 75%)
     claims = {k: c["epsilon"] for k, c in report["claims_per_document"].items()}
     assert claims == pytest.approx({"release": 5.0, "M1": 1.25, "M2": 3.75})

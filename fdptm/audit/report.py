@@ -87,6 +87,7 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
             "UMass (eq. 4)",
             "NPMI (gensim)",
             "perplexity (in-sample)",
+            "perplexity (held-out)",
             "L1 to non-private",
             "RMSE",
             "Kendall tau",
@@ -98,6 +99,7 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
                 f"{u['umass']:.2f}",
                 f"{u['npmi']:.3f}",
                 f"{u['perplexity_in_sample']:.1f}",
+                f"{u['perplexity_held_out']:.1f}",
                 f"{u['against_non_private']['l1']:.3f}",
                 f"{u['against_non_private']['rmse']:.2e}",
                 f"{u['against_non_private']['kendall_tau']:.3f}",
@@ -143,6 +145,8 @@ Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
 {report["normality"]["tests"]} Shapiro-Wilk tests reject at FDR
 {report["normality"]["level"]:g} (Benjamini-Hochberg).</p>
 <h2>Utility (on the run's documents)</h2>{utility}
+<p>In-sample: the release on the documents it was trained on. Held-out: the audit's target
+model (the same configuration on a random half) on the other half.</p>
 <h2>Stages</h2>{stages}
 <h2>Lower bounds against claims</h2>{bounds}
 <h2>Attacks</h2>

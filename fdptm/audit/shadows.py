@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fdptm.audit.statistics import DocumentStatistics, document_statistics
-from fdptm.evaluation.metrics import doc_word_matrix
+from fdptm.evaluation.comparison import without_word
+from fdptm.evaluation.metrics import completion_perplexity, doc_word_matrix
 from fdptm.mechanisms.lda import Corpus
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
@@ -61,6 +62,7 @@ class ModelScores:
     in_vocabulary: DocumentStatistics
     kept: np.ndarray
     release_zeta: np.ndarray
+    held_out_perplexity: float = float("nan")
 
 
 def half_masks(n_docs: int, n_models: int, generator: np.random.Generator) -> np.ndarray:
@@ -90,6 +92,20 @@ def train_on(
         return TrainedModel([], np.zeros((0, 0)))
     corpus = corpus_of(sanitize(subset, words), len(words))
     return TrainedModel(words, drop_oov(train_m2(corpus, noise)))
+
+
+def held_out_perplexity(model: TrainedModel, bounded: pa.Table, members: np.ndarray) -> float:
+    """Document-completion perplexity of the documents outside ``members`` under ``model``
+    (their tokens in its vocabulary); NaN when no such document has two tokens to split."""
+    if not model.words:
+        return float("nan")
+    rest = bounded.filter(pa.array(~members))
+    corpus = without_word(
+        corpus_of(sanitize(rest, model.words), len(model.words)), len(model.words)
+    )
+    if not (np.diff(corpus.doc_ptr) >= 2).any():
+        return float("nan")
+    return completion_perplexity(model.phi, corpus)
 
 
 def score_documents(
