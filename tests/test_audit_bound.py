@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from fdptm.audit.bound import claim_per_document, split_bound
+from fdptm.audit.attacks import verdict
+from fdptm.audit.bound import DocumentClaim, claim_per_document, split_bound
 from fdptm.audit.epsilon import epsilon_lower_bound, epsilon_lower_bounds
 from fdptm.privacy.adjacency import Adjacency
 
@@ -62,3 +63,50 @@ def test_vectorised_bounds_equal_the_scalar_ones_including_the_edges():
         for t, f in zip(tp, fp, strict=True)
     ]
     assert vector == pytest.approx(scalar, abs=1e-12)
+
+
+def _results(release: float, m1: float, m2: float) -> dict:
+    def attack(scope, eps):
+        return {"scope": scope, "epsilon_lower_bound": {"epsilon": eps}}
+
+    return {
+        "lira": attack("release", release),
+        "huang": attack("release", 0.0),
+        "lira-vocabulary": attack("M1", m1),
+        "m2-lira": attack("M2", m2),
+    }
+
+
+@pytest.mark.parametrize(
+    ("bounds", "verdict_", "suspects"),
+    [
+        ((0.5, 0.2, 0.6), "passed", []),
+        ((0.5, 0.3, 0.6), "failed", ["M1"]),  # over M1's share, though under the total
+        ((0.5, 0.2, 0.8), "failed", ["M2"]),
+        ((1.1, 0.2, 0.6), "failed", ["composition"]),  # neither stage over its own share
+        ((1.1, 0.3, 0.8), "failed", ["M1", "M2"]),
+    ],
+)
+def test_verdict_names_the_stage_whose_own_test_failed(bounds, verdict_, suspects):
+    claims = {
+        "release": DocumentClaim(1.0, 1e-5, "total"),
+        "M1": DocumentClaim(0.25, 5e-6, "M1 share"),
+        "M2": DocumentClaim(0.75, 5e-6, "M2 share"),
+    }
+    outcome = verdict(_results(*bounds), claims)
+    assert outcome["verdict"] == verdict_ and outcome["suspects"] == suspects
+    assert outcome["largest_lower_bound"] == max(bounds)
+    assert outcome["bounds"]["M1"] == {
+        "claim": 0.25,
+        "lower_bound": bounds[1],
+        "exceeded": bounds[1] > 0.25,
+    }
+
+
+def test_a_scope_without_a_per_document_claim_never_fails():
+    claims = {
+        "release": DocumentClaim(None, None, "replace-one"),
+        "M1": DocumentClaim(0.25, 5e-6, "M1 share"),
+        "M2": DocumentClaim(None, None, "replace-one"),
+    }
+    assert verdict(_results(9.0, 0.1, 9.0), claims)["verdict"] == "passed"
