@@ -37,13 +37,13 @@ def task_runner(workers: int | None = None, dask_address: str | None = None, pro
     Threads are the default: every kernel a model spends its time in is numba-compiled
     with ``nogil``, so threads use all cores without the cost of processes (each imports
     the whole stack and holds its own copy: benchmarks/audit_results.md measures both).
-    ``workers`` defaults to the number of cores.
+    ``workers`` defaults to the number of cores this process may run on.
     """
     if dask_address:
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=dask_address)
-    workers = workers or os.cpu_count() or 1
+    workers = workers or len(os.sched_getaffinity(0))
     if processes:
         return ProcessPoolTaskRunner(max_workers=workers)
     return ThreadPoolTaskRunner(max_workers=workers)

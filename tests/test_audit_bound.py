@@ -83,7 +83,7 @@ def _results(release: float, m1: float, m2: float) -> dict:
         ((0.5, 0.2, 0.6), "passed", []),
         ((0.5, 0.3, 0.6), "failed", ["M1"]),  # over M1's share, though under the total
         ((0.5, 0.2, 0.8), "failed", ["M2"]),
-        ((1.1, 0.2, 0.6), "failed", ["composition"]),  # neither stage over its own share
+        ((1.1, 0.2, 0.6), "failed", ["undetermined"]),  # neither stage over its own share
         ((1.1, 0.3, 0.8), "failed", ["M1", "M2"]),
     ],
 )
@@ -110,3 +110,41 @@ def test_a_scope_without_a_per_document_claim_never_fails():
         "M2": DocumentClaim(None, None, "replace-one"),
     }
     assert verdict(_results(9.0, 0.1, 9.0), claims)["verdict"] == "passed"
+
+
+def _reference_split(scores, members, delta, confidence, seed):
+    """The threshold search written out: every threshold, scalar bounds, smallest on ties."""
+    rng = np.random.default_rng(seed)
+    selection = np.zeros(len(scores), dtype=bool)
+    selection[rng.permutation(len(scores))[: len(scores) // 2]] = True
+    s, m = scores[selection], members[selection]
+    best, best_value = None, -1.0
+    for threshold in np.unique(s):  # ascending: keeps the smallest of tied thresholds
+        flagged = s >= threshold
+        value = epsilon_lower_bound(
+            int((flagged & m).sum()),
+            int(m.sum()),
+            int((flagged & ~m).sum()),
+            int((~m).sum()),
+            delta=delta,
+            confidence=confidence,
+        ).epsilon
+        if value > best_value:
+            best, best_value = threshold, value
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_threshold_search_equals_the_written_out_loop_on_tied_discrete_scores(seed):
+    rng = np.random.default_rng(seed)
+    members = rng.random(300) < 0.5
+    scores = rng.integers(0, 6, 300) + members * rng.integers(0, 2, 300)  # few values, ties
+    scores = scores.astype(float)
+    found = split_bound(scores, members, delta=1e-5, confidence=0.9, seed=seed)
+    assert found.threshold == _reference_split(scores, members, 1e-5, 0.9, seed)
+
+
+def test_nan_scores_are_refused():
+    scores = np.array([0.1, np.nan, 0.3, 0.4])
+    with pytest.raises(ValueError, match="NaN"):
+        split_bound(scores, np.array([True, False, True, False]), delta=0.0)

@@ -69,6 +69,14 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     )
     assert {r["scope"] for r in rows} == {"release", "M1", "M2"}
     assert all(r["verdict"] == "passed" and r["shadows"] == 4 for r in rows)
+    # three threads give the same numbers as the default runner (the kernels share no
+    # state), and a re-audit replaces the catalog rows instead of adding to them
+    assert main([*audit, "--workers", "3"]) == 0
+    capsys.readouterr()
+    again = json.loads((workspace.root / report_row["path"]).read_text())
+    assert again["attacks"] == report["attacks"]
+    count = catalog.query("SELECT count(*) AS n FROM audit_results WHERE run_id = ?", [run_id])
+    assert count[0]["n"] == len(report["attacks"])
     # the models fanned out on two local processes give the same kind of report
     assert main([*audit[:-2], "--mode", "offline", "--workers", "2", "--processes", *ws]) == 0
     assert "lira-offline" in capsys.readouterr().out

@@ -49,7 +49,13 @@ def split_bound(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> SplitBound:
-    """Choose the threshold on a random half, bound epsilon on the other half."""
+    """Choose the threshold on a random half, bound epsilon on the other half.
+
+    The threshold is the one with the largest bound on the selection half (the smallest
+    such threshold when several tie); documents scoring at least it are flagged.
+    """
+    if np.isnan(scores).any():
+        raise ValueError("scores must not be NaN; score a document the attack cannot judge -inf")
     rng = np.random.default_rng(seed)
     selection = np.zeros(len(scores), dtype=bool)
     selection[rng.permutation(len(scores))[: len(scores) // 2]] = True
@@ -69,7 +75,8 @@ def split_bound(
         delta=delta,
         confidence=confidence,
     )
-    best = float(ordered[last][int(np.argmax(values))])
+    smallest_best = len(values) - 1 - int(np.argmax(values[::-1]))  # ties: flag the most
+    best = float(ordered[last][smallest_best])
     tp, fp = _counts(ev_s, ev_m, best)
     bound = epsilon_lower_bound(
         tp, int(ev_m.sum()), fp, int((~ev_m).sum()), delta=delta, confidence=confidence

@@ -139,9 +139,12 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em}
 <p>Release guarantee: {html.escape(g["statement"])}, {html.escape(g["adjacency"])} level.
 Claim per document: {html.escape(claim_text)} ({html.escape(claim["reason"])}).
 Largest empirical lower bound: {report["largest_lower_bound"]:.3f}
-({report["confidence"]:.0%} confidence, {report["shadows"]} shadow models, {report["mode"]} LiRA,
-{report["documents"]} documents).{html.escape(suspects)}</p>
-<p>Normality of the shadow statistics (appendix D): {report["normality"]["rejected"]} of
+({report["confidence"]:.0%} confidence for all bounds together, each at
+{report["confidence_per_bound"]:.4%}; {report["shadows"]} shadow models, {report["mode"]} LiRA,
+{report["documents"]} documents). The bounds count the documents of one target model as
+independent trials, the usual one-run reading of an audit: treat a failure as strong
+evidence, not as a proof.{html.escape(suspects)}</p>
+<p>Normality of the shadow release likelihoods (appendix D): {report["normality"]["rejected"]} of
 {report["normality"]["tests"]} Shapiro-Wilk tests reject at FDR
 {report["normality"]["level"]:g} (Benjamini-Hochberg).</p>
 <h2>Utility (on the run's documents)</h2>{utility}

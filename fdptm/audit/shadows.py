@@ -113,8 +113,9 @@ def score_documents(
 ) -> ModelScores:
     """The statistics of every document of ``bounded`` under ``model`` (see ``ModelScores``).
 
-    A model that released no vocabulary scores eq. 3 as 0 with a uniform theta-hat, and the
-    release-level likelihood as uniform over the universe: it carries no information.
+    A model that released no vocabulary scores eq. 3 as 0 with a uniform theta-hat, and
+    every token at OOV_MASS / |U|, as the formula gives with S empty: it carries no
+    information, and it scores a document like a model with a tiny vocabulary does.
     """
     size = len(model.words)
     corpus = corpus_of(sanitize(bounded, model.words), size)
@@ -124,7 +125,7 @@ def score_documents(
     if not size:
         n = bounded.num_rows
         uniform = DocumentStatistics(np.zeros(n), np.full((n, n_topics), 1.0 / n_topics))
-        return ModelScores(uniform, kept, -dropped * np.log(universe))
+        return ModelScores(uniform, kept, dropped * np.log(OOV_MASS / universe))
     stats = document_statistics(model.phi, counts[:, :size])
     outside = max(universe - size, 1)
     release = stats.zeta + kept * np.log1p(-OOV_MASS) + dropped * np.log(OOV_MASS / outside)
