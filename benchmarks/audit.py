@@ -401,7 +401,8 @@ def _markdown(results: dict) -> str:
             "One release per row (`fdptm release --m1-fraction eps1/(eps1+eps2)`), audited",
             "with `fdptm audit --shadows 64`. lira-online: the release likelihood;",
             "eq3: the paper's statistic on in-vocabulary tokens; m2: M2 alone on the",
-            "release's vocabulary. Bounds: 95% Clopper-Pearson on the evaluation half.",
+            "release's vocabulary. Bounds: Clopper-Pearson on the evaluation half, 95% for",
+            "all bounds of an audit together (Bonferroni).",
             "",
             "| M2 | eps1 | eps2 | vocabulary | AUC | TPR@0.1% | TPR@1% | eq3 AUC | m2 AUC "
             "| bound (release / M1 / M2) | verdict |",

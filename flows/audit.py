@@ -2,7 +2,7 @@
 
 ``tasks.audit.plan_audit`` fixes the budgets, inputs and halves; every model (the target and
 each shadow, once through the whole pipeline and once through M2 alone on the released
-vocabulary: ``fdptm.audit.attacks``) is an independent ``audit-model`` task that reads the
+vocabulary: ``fdptm.audit.attacks``) is an independent ``audit-models`` task that reads the
 bounded tokens itself and returns per-document statistics only, so no process holds all
 models' document-term matrices; ``conclude`` attacks the target and writes the internal
 report. The models run on local threads by default (one per core; ``task_runner`` says
@@ -26,9 +26,9 @@ from fdptm.storage.workspace import Workspace
 from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, plan_audit
 
 
-@task(name="audit-model", cache_policy=NO_CACHE, retries=1)
-def model_task(plan: AuditPlan, index: int, m2_only: bool) -> ModelScores:
-    return model_statistics(plan, index, m2_only)
+@task(name="audit-models", cache_policy=NO_CACHE, retries=1)
+def model_task(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelScores]:
+    return model_statistics(plan, index)
 
 
 def task_runner(workers: int | None = None, dask_address: str | None = None, processes=False):
@@ -53,10 +53,9 @@ def task_runner(workers: int | None = None, dask_address: str | None = None, pro
 def audit_flow(spec: AuditSpec) -> dict:
     """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
     plan = plan_audit(spec)
-    models = range(len(plan.masks))
-    pipeline = [model_task.submit(plan, i, False) for i in models]
-    m2_only = [model_task.submit(plan, i, True) for i in models]
-    report = conclude(plan, [f.result() for f in pipeline], [f.result() for f in m2_only])
+    futures = [model_task.submit(plan, i) for i in range(len(plan.masks))]
+    pairs = [f.result() for f in futures]
+    report = conclude(plan, [p for p, _ in pairs], [m for _, m in pairs])
     lines = [
         f"# Audit of `{spec.run_id}`: {report['verdict']}",
         "",

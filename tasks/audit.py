@@ -190,28 +190,34 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
     )
 
 
-def model_statistics(plan: AuditPlan, index: int, m2_only: bool = False) -> ModelScores:
-    """Train model ``index`` (0 is the target) on its half; score every document under it.
-
-    A pipeline model selects its own vocabulary with M1; an ``m2_only`` model uses the
-    audited release's vocabulary (public), so that only M2 sees its half.
-    """
+def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelScores]:
+    """Train the two models of half ``index`` (0 is the target's) and score every document
+    under each: one through the pipeline (its own M1), one through M2 alone on the audited
+    release's vocabulary (public), so that only M2 sees the half."""
     bounded = read_parquet(Path(plan.bounded_path), plan.bounded_sha256)
-    stream = 100 + index + (len(plan.masks) if m2_only else 0)
-    noise = NoiseSource.create(plan.spec.seed, stream)
+    members = plan.masks[index]
 
-    def vocabulary(table, noise):
-        return list(plan.vocabulary) if m2_only else select_vocabulary(table, plan.m1, noise)
+    def own_vocabulary(table, noise):
+        return select_vocabulary(table, plan.m1, noise)
+
+    def released_vocabulary(table, noise):
+        return list(plan.vocabulary)
 
     def train(corpus, noise):
         return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
 
-    model = train_on(bounded, plan.masks[index], vocabulary, train, noise)
-    scores = score_documents(model, bounded, plan.run.topics, plan.universe)
-    if index == 0 and not m2_only:  # the configuration's held-out utility, on the other half
-        perplexity = held_out_perplexity(model, bounded, plan.masks[0])
-        return replace(scores, held_out_perplexity=perplexity)
-    return scores
+    def scores(model):
+        return score_documents(model, bounded, plan.run.topics, plan.universe)
+
+    noise = NoiseSource.create(plan.spec.seed, 100 + index)
+    model = train_on(bounded, members, own_vocabulary, train, noise)
+    pipeline = scores(model)
+    if index == 0:  # the configuration's held-out utility, on the half the target never saw
+        pipeline = replace(
+            pipeline, held_out_perplexity=held_out_perplexity(model, bounded, members)
+        )
+    noise = NoiseSource.create(plan.spec.seed, 100 + len(plan.masks) + index)
+    return pipeline, scores(train_on(bounded, members, released_vocabulary, train, noise))
 
 
 def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run: RunSpec):

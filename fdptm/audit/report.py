@@ -155,11 +155,12 @@ model (the same configuration on a random half) on the other half.</p>
 <h2>Attacks</h2>
 <p>Pipeline models run M1, SAN and M2 on their half. LiRA runs on three statistics of
 each document under each of them: the release likelihood (the document under Phi on the
-model's vocabulary S, with probability 1e-6 spread over the {report["word_universe"]}
-words outside it; sees S and Phi), "-eq3" (the paper's eq. 3 on the document's tokens in S)
-and "-vocabulary" (the number of its tokens in S; sees M1's output only, so it tests M1
-alone). The Huang et al. baselines threshold the target's theta-hat globally. "m2-" attacks
-use models that all keep the release's own vocabulary, so only M2 sees the half: they test
+model's vocabulary S, with probability 1e-6 spread over the words outside S among the
+{report["word_universe"]} words of the audited documents; sees S and Phi), "-eq3" (the
+paper's eq. 3 on the document's tokens in S) and "-vocabulary" (the number of its tokens
+in S; sees M1's output only, so it tests M1 alone). The Huang et al. baselines threshold
+the target's theta-hat globally. "m2-" attacks use models that all keep the release's own
+vocabulary, so only M2 sees the half: they test
 M2 alone.</p>{attacks}
 <h2>ROC curves</h2>{images}
 <h2>Top words (from the release)</h2>{topics}
