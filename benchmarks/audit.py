@@ -160,11 +160,10 @@ def non_private(workspace) -> list[dict]:
     non-private collapsed Gibbs models, with the full vocabulary (beta = 0.01, ours, and
     beta = 1/k, scikit-learn's default topic-word prior, which the paper used) and with each
     model's own DP vocabulary at epsilon1 (M1 private, M2 not)."""
-    import pyarrow.compute as pc
 
     from fdptm.audit.attacks import attacks
     from fdptm.audit.lira import roc
-    from fdptm.audit.shadows import half_masks, score_documents, train_on, universe_size
+    from fdptm.audit.shadows import half_masks, score_documents, train_on, universe
     from fdptm.mechanisms.lda import train_cgs
     from fdptm.mechanisms.set_union import set_union_params
     from fdptm.privacy.noise import NoiseSource
@@ -172,8 +171,8 @@ def non_private(workspace) -> list[dict]:
     from fdptm.tasks.vocabulary import select_vocabulary
 
     bounded = _bounded(workspace, _release(workspace, 1.25, 3.75, "dp-vi", seed=1))
-    full = sorted(pc.unique(pc.list_flatten(bounded.column("tokens"))).to_pylist())
-    universe = universe_size(bounded)
+    full = universe(bounded)
+    size = len(full)
     masks = half_masks(bounded.num_rows, SHADOWS + 1, np.random.default_rng(7))
 
     def setting(label: str, vocabulary, beta: float) -> dict:
@@ -186,7 +185,7 @@ def non_private(workspace) -> list[dict]:
             noise = NoiseSource.create(3, index)
             trained = train_on(bounded, masks[index], vocabulary, train, noise)
             sizes.append(len(trained.words))
-            models.append(score_documents(trained, bounded, TOPICS, universe))
+            models.append(score_documents(trained, bounded, TOPICS, size))
         seconds = time.perf_counter() - start
         found = attacks("online", masks, models, models)
         row = {"setting": label, "beta": beta, "seconds": seconds, "attacks": {}}
@@ -220,7 +219,7 @@ def non_private(workspace) -> list[dict]:
             )
         )
     for row in rows:
-        row["documents"], row["universe"] = bounded.num_rows, universe
+        row["documents"], row["universe"] = bounded.num_rows, size
     return rows
 
 
@@ -268,6 +267,7 @@ def fdptm_runs(workspace) -> list[dict]:
 
 def coherence(workspace) -> list[dict]:
     """Figures 4 and 9: a non-private M2 on the DP vocabulary as epsilon1 grows."""
+    from fdptm.audit.shadows import universe
     from fdptm.evaluation.comparison import without_word
     from fdptm.evaluation.metrics import umass
     from fdptm.mechanisms.lda import train_cgs
@@ -284,9 +284,7 @@ def coherence(workspace) -> list[dict]:
         phi = drop_oov(train_cgs(sanitized, TOPICS, CGS_ITERATIONS, noise, alpha=1.0 / TOPICS))
         return umass(phi, without_word(sanitized, len(words)))
 
-    import pyarrow.compute as pc
-
-    full = sorted(pc.unique(pc.list_flatten(bounded.column("tokens"))).to_pylist())
+    full = universe(bounded)
     rows = [
         {
             "epsilon1": None,

@@ -125,6 +125,7 @@ class AuditPlan:
     masks: np.ndarray
     universe: int
     vocabulary: tuple[str, ...]
+    manifest: dict
     claims: dict[str, DocumentClaim]
 
 
@@ -180,6 +181,7 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         half_masks(n_docs, spec.shadows + 1, gen),
         universe_size(read_parquet(bounded_path, bounded_row["sha256"])),
         tuple(pq.read_table(release / "vocabulary.parquet").column("word").to_pylist()),
+        manifest,
         {
             "release": per_document(g["epsilon"], g["delta"], g["adjacency"], g.get("gamma", 0.0)),
             "M1": per_document(m1.epsilon, m1.delta, m1.adjacency),
@@ -220,10 +222,10 @@ def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelSco
     return pipeline, scores(train_on(bounded, members, released_vocabulary, train, noise))
 
 
-def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run: RunSpec):
+def release_utility(plan: AuditPlan, workspace: Workspace, catalog: Catalog) -> dict:
     """The utility block of the released matrix on the run's sanitized documents."""
+    spec, words = plan.spec, list(plan.vocabulary)
     release = workspace.release_dir(spec.run_id)
-    words = pq.read_table(release / "vocabulary.parquet").column("word").to_pylist()
     phi = np.stack(
         pq.read_table(release / "topic_word.parquet")
         .column("probabilities")
@@ -231,7 +233,7 @@ def release_utility(workspace: Workspace, catalog: Catalog, spec: AuditSpec, run
     )
     row = catalog.artifact(f"run/{spec.run_id}/sanitized_tokens")
     sanitized = corpus_of(read_parquet(workspace.root / row["path"], row["sha256"]), len(words))
-    return utility(phi, words, sanitized, iterations=run.iterations, seed=spec.seed)
+    return utility(phi, words, sanitized, iterations=plan.run.iterations, seed=spec.seed)
 
 
 def _failure(plan: AuditPlan, outcome: dict, out: Path) -> str:
@@ -263,9 +265,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
     workspace = Workspace.resolve(spec.workspace)
     catalog = Catalog(workspace)
     target_mask = plan.masks[0]
-    manifest = json.loads(
-        (workspace.release_dir(spec.run_id) / "manifest.json").read_text(encoding="utf-8")
-    )
+    manifest = plan.manifest
     g = manifest["guarantee"]
     found = attacks(spec.mode, plan.masks, pipeline, m2_only)
     per_bound = 1 - (1 - spec.confidence) / len(found)  # Bonferroni: all bounds hold at once
@@ -295,7 +295,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "attacks": results,
         "normality": normality_check(shadow, plan.masks[1:]).to_dict(),
         "utility": {
-            **release_utility(workspace, catalog, spec, run),
+            **release_utility(plan, workspace, catalog),
             "perplexity_held_out": pipeline[0].held_out_perplexity,
         },
         **outcome,

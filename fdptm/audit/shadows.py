@@ -73,9 +73,14 @@ def half_masks(n_docs: int, n_models: int, generator: np.random.Generator) -> np
     return masks
 
 
+def universe(bounded: pa.Table) -> list[str]:
+    """The distinct words of the audited documents, sorted: the universe U."""
+    return sorted(pc.unique(pc.list_flatten(bounded.column("tokens").combine_chunks())).to_pylist())
+
+
 def universe_size(bounded: pa.Table) -> int:
-    """The number of distinct words in the audited documents: the universe U."""
-    return len(pc.unique(pc.list_flatten(bounded.column("tokens").combine_chunks())))
+    """|U|, the number of distinct words in the audited documents."""
+    return len(universe(bounded))
 
 
 def train_on(
