@@ -65,18 +65,21 @@ def _workspace(root: Path):
 
 def _release(workspace, eps1: float, eps2: float, mechanism: str, seed: int = 0) -> str:
     from fdptm.flows.release import release
+    from fdptm.request import ReleaseRequest
 
     outcome = release(
-        "pheme",
-        eps1 + eps2,
-        DELTA,
-        TOPICS,
-        iterations=20,
-        mechanism=mechanism,
-        seed=seed,
-        workspace=str(workspace.root),
-        m1_fraction=eps1 / (eps1 + eps2),
-        allow_unproven=mechanism == "zhu",
+        ReleaseRequest(
+            dataset="pheme",
+            epsilon=eps1 + eps2,
+            delta=DELTA,
+            topics=TOPICS,
+            iterations=20,
+            mechanism=mechanism,
+            seed=seed,
+            workspace=str(workspace.root),
+            m1_fraction=eps1 / (eps1 + eps2),
+            allow_unproven=mechanism == "zhu",
+        )
     )
     return outcome["run_id"]
 

@@ -1,7 +1,7 @@
 """A scheduled (monthly) audited release: the release flow, then its membership audit.
 
     python -m fdptm.deployments.audited_release --dataset pheme --epsilon 5 --delta 1e-5 \
-        --topics 5 [--shadows 16] [--cron "0 5 1 * *"] [--workspace DIR]
+        --topics 5 [any `fdptm release` option] [--shadows 16] [--cron "0 5 1 * *"]
 
 Served by a local process like the weekly release (``deployments/scheduled_release.py``).
 Each run publishes a release through the ledger and then audits it; the audit's report is
@@ -12,24 +12,17 @@ from __future__ import annotations
 
 from prefect.deployments.runner import RunnerDeployment
 
-from fdptm.deployments.scheduled_release import release_arguments, release_parser
+from fdptm.deployments.scheduled_release import pinned, release_parser
 from fdptm.flows.audit import audited_release
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+from fdptm.request import ReleaseRequest, from_arguments
 
 MONTHLY = "0 5 1 * *"  # the first of each month, 05:00
 
 
 def build(
-    dataset: str,
-    epsilon: float,
-    delta: float,
-    topics: int,
+    request: ReleaseRequest,
     *,
-    iterations: int = 20,
-    mechanism: str = DEFAULT_MECHANISM,
     shadows: int = 16,
-    workspace: str | None = None,
-    releases_left: int | None = None,
     cron: str = MONTHLY,
     name: str = "monthly-audited-release",
 ) -> RunnerDeployment:
@@ -37,19 +30,9 @@ def build(
     return audited_release.to_deployment(
         name=name,
         cron=cron,
-        parameters={
-            "dataset": dataset,
-            "epsilon": epsilon,
-            "delta": delta,
-            "topics": topics,
-            "iterations": iterations,
-            "mechanism": mechanism,
-            "workspace": workspace,
-            "releases_left": releases_left,
-            "shadows": shadows,
-        },
+        parameters={"request": pinned(request).model_dump(mode="json"), "shadows": shadows},
         description="Scheduled FDPTM release followed by its membership-inference audit.",
-        tags=["fdptm", "release", "audit", dataset],
+        tags=["fdptm", "release", "audit", request.dataset],
     )
 
 
@@ -58,7 +41,7 @@ def from_args(argv: list[str] | None = None) -> RunnerDeployment:
     parser = release_parser(__doc__.split("\n\n")[0], MONTHLY, "monthly-audited-release")
     parser.add_argument("--shadows", type=int, default=16)
     a = parser.parse_args(argv)
-    return build(**release_arguments(a), shadows=a.shadows)
+    return build(from_arguments(a), shadows=a.shadows, cron=a.cron, name=a.name)
 
 
 def main(argv: list[str] | None = None) -> None:

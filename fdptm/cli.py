@@ -1,30 +1,43 @@
-"""The ``fdptm`` command line: demo, ingest, release, compare, audit, budget.
+"""The ``fdptm`` command line: demo, ingest, release, compare, audit, recover, budget.
 
-Exit codes: 0 ok, 1 unexpected failure, 2 bad input (the message names the problem and
-what to do), 3 budget refused by the ledger, 4 an audit found more leakage than claimed.
+Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
+says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
+3 budget refused by the ledger, 4 an audit found more leakage than claimed.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
+from fdptm.request import ReleaseRequest, add_arguments, from_arguments, given
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
+STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+_SHOW_WARNING = warnings.showwarning
+
+
+def _default(name: str):
+    return ReleaseRequest.model_fields[name].get_default(call_default_factory=True)
 
 
 def _quiet_prefect() -> None:
     """Keep Prefect's and GX's own logging out of the CLI's output; no telemetry."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    # Prefect waits 20 s for its temporary API server by default: too short on a busy host
+    os.environ.setdefault(STARTUP_TIMEOUT, "120")
 
 
 def _positive_float(text: str) -> float:
@@ -59,68 +72,39 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--unit",
         choices=["author", "document"],
-        help="privacy unit of a new dataset (default: author if the file has an author_id "
-        "column, else document); fixed once the dataset exists",
+        help="privacy unit of a new dataset (default: author if the file has an author "
+        "column, present or mapped, else document); fixed once the dataset exists",
     )
     ingest.add_argument("--max-text-chars", type=int, default=1_000_000)
+    for field, option, default in (
+        ("text", "--text-column", "text"),
+        ("id", "--id-column", "doc_id"),
+        ("author", "--author-column", "author_id"),
+        ("time", "--time-column", "ts"),
+    ):
+        ingest.add_argument(
+            option,
+            metavar="NAME",
+            help=f"input column of the document's {field} (default: {default}, if present); "
+            "must exist when given",
+        )
     workspace(ingest)
 
-    rel = sub.add_parser("release", help="run the DP release flow on a dataset")
-    rel.add_argument("--dataset", required=True)
-    rel.add_argument(
-        "--epsilon",
-        type=_positive_float,
-        required=True,
-        help="total epsilon of the release, at its (weakest) adjacency",
+    rel = sub.add_parser(
+        "release",
+        help="run the DP release flow on a dataset",
+        description="Release a DP topic model. Every option is a field of the release "
+        "request model (fdptm.request.ReleaseRequest), shared with the flows, the "
+        "deployments and the Python API.",
     )
-    rel.add_argument("--delta", type=_positive_float, required=True)
-    rel.add_argument("--topics", type=int, required=True)
+    add_arguments(rel, required=False)
     rel.add_argument(
-        "--mechanism",
-        default=DEFAULT_MECHANISM,
-        choices=list(MECHANISMS),
-        help=f"M2 mechanism (default {DEFAULT_MECHANISM}; README: 'M2 mechanisms')",
-    )
-    rel.add_argument(
-        "--m2-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an option of the M2 mechanism (repeatable); unknown options are refused",
-    )
-    rel.add_argument(
-        "--allow-unproven",
-        action="store_true",
-        help="release with a mechanism whose DP claim is unproven (zhu, cdp-lda, "
-        "cdp-lda-plus, spectral-unproven); the manifest says so",
-    )
-    rel.add_argument("--iterations", type=int, default=20)
-    rel.add_argument("--seed", type=int, help="fixed seed (tests only: makes noise guessable)")
-    rel.add_argument(
-        "--set-union-policy",
-        default="weighted",
-        choices=["weighted", "policy-laplace", "policy-gaussian"],
-    )
-    rel.add_argument(
-        "--m1-fraction",
-        type=float,
-        default=0.25,
-        help="share of epsilon for vocabulary selection (default 0.25)",
-    )
-    rel.add_argument("--max-docs-per-author", type=int, default=100)
-    rel.add_argument("--max-tokens-per-doc", type=int, default=1000)
-    rel.add_argument(
-        "--releases-left",
-        type=int,
-        help="adaptive budget: use at most (what the cap has left) / N",
-    )
-    rel.add_argument(
-        "--baseline",
-        action="store_true",
-        help="also train a non-private internal baseline (never released)",
+        "--resume",
+        metavar="RUN_ID",
+        help="continue a failed release from its last stored stage without spending again "
+        "(the other release options are taken from the run)",
     )
     rel.add_argument("--no-progress", action="store_true")
-    workspace(rel)
 
     cmp = sub.add_parser(
         "compare",
@@ -135,12 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help=f"comma-separated, from: {','.join(MECHANISMS)}",
     )
-    cmp.add_argument("--iterations", type=int, default=100)
-    cmp.add_argument("--m1-fraction", type=float, default=0.25)
+    cmp.add_argument("--iterations", type=int, default=_default("iterations"))
+    cmp.add_argument("--m1-fraction", type=float, default=_default("m1_fraction"))
     cmp.add_argument("--holdout", type=float, default=0.1, help="share of held-out documents")
     cmp.add_argument("--seed", type=int)
-    cmp.add_argument("--max-docs-per-author", type=int, default=100)
-    cmp.add_argument("--max-tokens-per-doc", type=int, default=1000)
+    cmp.add_argument("--max-docs-per-author", type=int, default=_default("max_docs_per_author"))
+    cmp.add_argument("--max-tokens-per-doc", type=int, default=_default("max_tokens_per_doc"))
     cmp.add_argument("--no-progress", action="store_true")
     workspace(cmp)
 
@@ -166,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--dask-address", help="run the models on this Dask cluster")
     workspace(aud)
 
+    rec = sub.add_parser(
+        "recover",
+        help="close runs whose process died: refund what they never read, keep what they spent",
+    )
+    rec.add_argument("--dataset", help="only this dataset's runs")
+    workspace(rec)
+
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -188,21 +179,102 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_prefect()
+    warnings.showwarning = _show_warning
     try:
+        _recover_quietly(args)
         return {
             "demo": cmd_demo,
             "ingest": cmd_ingest,
             "release": cmd_release,
             "compare": cmd_compare,
             "audit": cmd_audit,
+            "recover": cmd_recover,
             "budget": cmd_budget,
         }[args.command](args)
     except FdptmError as exc:
-        print(f"fdptm: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print("fdptm: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
+    except BrokenPipeError:
+        # the reader went away (`fdptm budget | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        message = _environment_problem(exc)
+        if message is None:
+            raise
+        _error(message)
+        return 2
+
+
+def _environment_problem(exc: Exception) -> str | None:
+    """What to do about a failure of the machine rather than of fdptm, or None."""
+    import httpx
+
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRORS:
+        return (
+            f"{_ENVIRONMENT_ERRORS[exc.errno]}: {exc.strerror} ({exc.filename}). Nothing stored "
+            "was lost: every file is written to a temporary name and renamed."
+        )
+    if isinstance(exc, RuntimeError) and "ephemeral Prefect API server" in str(exc):
+        return (
+            "Prefect's temporary API server did not start within "
+            f"{os.environ.get(STARTUP_TIMEOUT)} s (a busy machine?); nothing was reserved or "
+            f"spent. Raise the limit with {STARTUP_TIMEOUT}=300, or start a server once with "
+            "`prefect server start` and export PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+    if isinstance(exc, httpx.TransportError):
+        return (
+            f"lost the connection to Prefect's API ({type(exc).__name__}: {exc}). Nothing "
+            "stored was lost. `fdptm budget --dataset NAME` shows the run: if it completed, "
+            "its release is in releases/RUN_ID; if it failed after reading data its budget "
+            "stays spent and `fdptm release --resume RUN_ID` continues it"
+        )
+    return None
+
+
+_ENVIRONMENT_ERRORS = {
+    errno.ENOSPC: "the disk is full; free space and run the command again",
+    errno.EDQUOT: "the disk quota is exhausted; free space and run the command again",
+    errno.EROFS: "the workspace is on a read-only file system; use a writable --workspace",
+    errno.EACCES: "permission denied; check the workspace's owner and mode",
+}
+
+
+def _show_warning(message, category, *args, **kwargs) -> None:
+    """fdptm's own warnings (an exposed workspace) in the CLI's style; others as usual."""
+    from fdptm.storage.workspace import WorkspacePermissionWarning
+
+    if issubclass(category, WorkspacePermissionWarning):
+        print(f"fdptm: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, *args, **kwargs)
+
+
+def _error(message: str) -> None:
+    print(f"fdptm: error: {message}", file=sys.stderr)
+
+
+def _recover_quietly(args: argparse.Namespace) -> None:
+    """Before a command that writes to a workspace, close runs whose process died."""
+    if args.command in ("recover", "demo") or not hasattr(args, "workspace"):
+        return
+    from fdptm.storage.recovery import recover
+    from fdptm.storage.workspace import Workspace
+
+    workspace = Workspace.resolve(args.workspace)
+    if not workspace.catalog_path.exists() or not os.access(workspace.root, os.W_OK):
+        return
+    for r in recover(workspace):
+        print(
+            f"fdptm: run {r.run_id} ({r.kind}, dataset {r.dataset!r}) had died; marked "
+            f"failed: {r.refunded} reservation(s) refunded, {r.spent} spent entr(y/ies) kept"
+            + (f"; `fdptm release --resume {r.run_id}` continues it" if r.spent else ""),
+            file=sys.stderr,
+        )
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -216,12 +288,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         fmt=args.format,
         unit=args.unit,
         max_text_chars=args.max_text_chars,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        author_column=args.author_column,
+        time_column=args.time_column,
     )
     _print_ingest(result)
     return 0
 
 
 def _print_ingest(result) -> None:
+    """The outcome on stdout, warnings (ignored columns, by name) on stderr, and the
+    operator's counts, marked internal: they are computed on private data, not DP.
+
+    Rejected rows are named by row number, and by doc_id only when the file gave the ids:
+    derived ids are keyed hashes that tell the operator nothing."""
+    for warning in result.warnings:
+        print(f"fdptm: warning: {warning}", file=sys.stderr)
     print(
         f"ingested batch {result.seq} of dataset {result.dataset!r}: "
         f"{result.n_rows} rows accepted, {result.n_rejected} rejected"
@@ -230,54 +313,92 @@ def _print_ingest(result) -> None:
         for reason, count in sorted(result.reasons.items(), key=lambda kv: -kv[1]):
             print(f"  {count:>7} x {reason}")
         for ex in result.examples:
-            print(f"  row {ex['row']} (doc_id {ex['doc_id']}): {ex['reason']}")
+            named = "" if result.ids_derived else f" (doc_id {ex['doc_id']!r})"
+            print(f"  row {ex['row']}{named}: {ex['reason']}")
         print(f"  rejected rows: {result.rejects_path}")
+    s = result.stats
+    if s is None:
+        return
+
+    def n(count: int, noun: str) -> str:
+        return f"{count} {noun}{'' if count == 1 else 's'}"
+
+    internal = "internal, not DP (never publish):"
+    if s.unit == "author":
+        print(
+            f"{internal} this batch added {n(s.batch_documents, 'document')} by "
+            f"{s.batch_authors} distinct {'author' if s.batch_authors == 1 else 'authors'} "
+            f"({s.new_authors} new)"
+        )
+        print(
+            f"{internal} dataset {result.dataset!r} now holds "
+            f"{n(s.dataset_documents, 'document')} by {n(s.dataset_authors, 'author')}"
+        )
+        print(
+            f"{internal} contribution bounding at the default max_docs_per_author="
+            f"{s.max_docs_per_author} would drop {n(s.bounding_drops, 'document')} "
+            f"(of {n(s.bounded_authors, 'author')})"
+        )
+    else:
+        print(
+            f"{internal} this batch added {n(s.batch_documents, 'document')}; dataset "
+            f"{result.dataset!r} now holds {n(s.dataset_documents, 'document')} (document "
+            "level: each its own unit, so contribution bounding drops none)"
+        )
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    outcome = _release(
-        dataset=args.dataset,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        topics=args.topics,
-        iterations=args.iterations,
-        mechanism=args.mechanism,
-        seed=args.seed,
-        workspace=args.workspace,
-        set_union_policy=args.set_union_policy,
-        m1_fraction=args.m1_fraction,
-        max_docs_per_author=args.max_docs_per_author,
-        max_tokens_per_doc=args.max_tokens_per_doc,
-        baseline=args.baseline,
-        releases_left=args.releases_left,
-        m2_options=_options(args.m2_option),
-        allow_unproven=args.allow_unproven,
-        show_progress=not args.no_progress,
-    )
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks import run as lifecycle
+
+    show = not args.no_progress
+    if args.resume:
+        extra = given(args)
+        if extra:
+            raise BadInputError(f"--resume takes the run's own parameters; drop {', '.join(extra)}")
+        workspace = Workspace.resolve(args.workspace).require()
+        lost = lifecycle.preflight_resume(workspace, args.resume)
+        for stage in lost:
+            print(
+                f"stage {stage} of run {args.resume} read private data and stored nothing: "
+                "its budget is spent and lost; it is reserved again",
+                file=sys.stderr,
+            )
+        outcome = _flow("resume_release", args.resume, str(workspace.root), show)
+    else:
+        request = from_arguments(args)
+        if request.seed is not None:
+            print(
+                "fdptm: warning: --seed makes the noise reproducible by anyone who knows the "
+                "seed; this release is a test run, NOT differentially private (its manifest "
+                "says so)",
+                file=sys.stderr,
+            )
+        lifecycle.preflight(request)
+        outcome = _flow("release", request, show)
     _print_release(outcome)
     return 0
 
 
-def _options(pairs: list[str]) -> dict:
-    from fdptm.mechanisms.registry import parse_option
-
-    options = dict(parse_option(p) for p in pairs)
-    if len(options) != len(pairs):
-        raise BadInputError(f"an M2 option is given twice in {pairs}")
-    return options
-
-
-def _release(**kwargs) -> dict:
-    """Run the release flow; no flow heartbeat (it only serves a long-lived API's monitor)."""
+def _flow(name: str, *args) -> dict:
+    """Run a release flow; no flow heartbeat (it only serves a long-lived API's monitor)."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from fdptm.flows.release import release
+    from fdptm.flows import release
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        return release(**kwargs)
+        return getattr(release, name)(*args)
 
 
 def _print_release(outcome: dict) -> None:
+    counts = outcome.get("internal") or {}
+    if "dropped" in counts:
+        print(
+            f"internal, not DP (never publish): the run read {counts['documents']} documents "
+            f"of {counts['authors']} authors; contribution bounding dropped "
+            f"{counts['dropped']} of them",
+            file=sys.stderr,
+        )
     print(f"run id:    {outcome['run_id']}")
     print(f"release:   {outcome['release_path']}")
     print(f"guarantee: {outcome['statement']}, {outcome['adjacency']}-level adjacency")
@@ -368,9 +489,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"releasing with epsilon={DEMO['epsilon']:g}, delta={DEMO['delta']:g}, "
         f"{DEMO['topics']} topics, {DEMO['iterations']} HDP-LDA iterations"
     )
-    outcome = _release(
-        dataset="lee", workspace=str(workspace.root), seed=args.seed, show_progress=True, **DEMO
+    request = ReleaseRequest.build(
+        dataset="lee", workspace=str(workspace.root), seed=args.seed, **DEMO
     )
+    outcome = _flow("release", request, True)
     _print_release(outcome)
     print(
         "The demo uses HDP-LDA: the Lee corpus has only 300 documents, too few for an "
@@ -379,6 +501,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"default to {DEFAULT_MECHANISM} (author level): read the README's privacy model "
         "before publishing anything."
     )
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from fdptm.storage.recovery import recover
+    from fdptm.storage.workspace import Workspace, check_name
+
+    if args.dataset:
+        check_name(args.dataset)
+    done = recover(Workspace.resolve(args.workspace).require(), args.dataset)
+    if not done:
+        print("no dead run found: nothing to recover")
+    for r in done:
+        print(
+            f"{r.run_id} ({r.kind}, dataset {r.dataset!r}): marked failed; "
+            f"{r.refunded} reservation(s) refunded (never read private data), "
+            f"{r.spent} spent entr(y/ies) kept"
+            + (f"; resume with `fdptm release --resume {r.run_id}`" if r.spent else "")
+        )
     return 0
 
 

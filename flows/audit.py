@@ -21,7 +21,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from fdptm.audit.shadows import ModelScores
 from fdptm.flows.release import release
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, plan_audit
 
@@ -86,38 +86,18 @@ def audit(
     return audit_flow.with_options(task_runner=runner)(spec)
 
 
-@flow(name="audited-release", log_prints=False)
-def audited_release(
-    dataset: str,
-    epsilon: float,
-    delta: float,
-    topics: int,
-    iterations: int = 20,
-    mechanism: str = DEFAULT_MECHANISM,
-    workspace: str | None = None,
-    releases_left: int | None = None,
-    shadows: int = 16,
-    mode: str = "online",
-) -> dict:
+@flow(name="audited-release", log_prints=False, retries=0, persist_result=False)
+def audited_release(request: ReleaseRequest, shadows: int = 16, mode: str = "online") -> dict:
     """A release, then its audit (an audit failure fails this flow run, exit-code 4 style).
 
     The release is published (and its budget spent) before the audit runs; a failed audit
     does not withdraw it but marks the run failed and says which stage is suspect, so a
     scheduled audited release alerts loudly.
     """
-    outcome = release(
-        dataset,
-        epsilon,
-        delta,
-        topics,
-        iterations=iterations,
-        mechanism=mechanism,
-        workspace=workspace,
-        releases_left=releases_left,
-    )
+    outcome = release(request)
     spec = AuditSpec(
         run_id=outcome["run_id"],
-        workspace=str(Workspace.resolve(workspace).root),
+        workspace=str(Workspace.resolve(request.workspace).root),
         shadows=shadows,
         mode=mode,
     )

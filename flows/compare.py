@@ -21,6 +21,8 @@ from fdptm.errors import BadInputError
 from fdptm.evaluation.comparison import compare, markdown, split_documents
 from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.noise import NoiseSource
+from fdptm.request import ReleaseRequest
+from fdptm.storage import recovery
 from fdptm.storage.artifacts import write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
@@ -37,7 +39,7 @@ from fdptm.version import code_version
 @task(name="compare-prepare", cache_policy=NO_CACHE)
 def prepare_task(spec: RunSpec, holdout: float, show: bool):
     """PRE, bounding, M1 and SAN; returns the training and held-out corpora."""
-    tokens = stages.preprocess(spec)
+    tokens = stages.preprocess(spec, spend=False)
     bounded = stages.load(spec, stages.bound(spec, tokens))
     catalog = Catalog(Workspace.resolve(spec.workspace))
     unit = Ledger(catalog).default_unit(spec.dataset)
@@ -52,7 +54,7 @@ def prepare_task(spec: RunSpec, holdout: float, show: bool):
     )
     m1 = plan.stage("vocabulary")
     params = spec.m1_params(m1.epsilon, m1.delta)
-    words = select_vocabulary(bounded, params, NoiseSource.create(spec.seed, 1))
+    words = select_vocabulary(bounded, params, NoiseSource.internal(spec.seed, 1))
     if len(words) < spec.topics:
         raise BadInputError(
             f"the DP vocabulary has {len(words)} words, fewer than {spec.topics} topics; "
@@ -63,6 +65,11 @@ def prepare_task(spec: RunSpec, holdout: float, show: bool):
     return train, test, unit, len(words)
 
 
+def _default(name: str):
+    """A release parameter's default, from the request model (the one place it lives)."""
+    return ReleaseRequest.model_fields[name].get_default()
+
+
 @flow(name="compare", log_prints=False)
 def compare_flow(
     dataset: str,
@@ -70,13 +77,13 @@ def compare_flow(
     delta: float,
     topics: int,
     mechanisms: list[str],
-    iterations: int = 100,
+    iterations: int = _default("iterations"),
     seed: int | None = None,
     workspace: str | None = None,
-    m1_fraction: float = 0.25,
+    m1_fraction: float = _default("m1_fraction"),
     holdout: float = 0.1,
-    max_docs_per_author: int = 100,
-    max_tokens_per_doc: int = 1000,
+    max_docs_per_author: int = _default("max_docs_per_author"),
+    max_tokens_per_doc: int = _default("max_tokens_per_doc"),
     show_progress: bool = False,
 ) -> dict:
     """Compare ``mechanisms``; returns the table's rows and where the files are."""
@@ -105,6 +112,7 @@ def compare_flow(
     )
     for name in mechanisms:
         lifecycle.validate(replace(spec, mechanism=name, allow_unproven=True))
+    recovery.claim(root, spec.run_id)
     catalog.start_run(spec.run_id, dataset, "compare", spec.to_dict(), code_version())
     try:
         train, test, unit, vocabulary_size = prepare_task(spec, holdout, show_progress)
@@ -127,8 +135,10 @@ def compare_flow(
         )
     except BaseException as exc:
         catalog.finish_run(spec.run_id, "failed", f"{type(exc).__name__}: {exc}")
+        recovery.release_claim(root, spec.run_id)
         raise
     catalog.finish_run(spec.run_id, "succeeded")
+    recovery.release_claim(root, spec.run_id)
     return {
         "run_id": spec.run_id,
         "markdown": table,

@@ -2,26 +2,31 @@
 
 Tasks are thin wrappers over ``fdptm.tasks.stages``; they pass catalogued artifact rows,
 never data. I/O-only stages retry on failure; the DP stages never do (a retry would spend
-budget again). Runs with Prefect's ephemeral API: no server to start.
+budget again), whatever ``PREFECT_TASKS_DEFAULT_RETRIES`` says, and the ledger refuses a
+second start of a mechanism on one charge anyway. Flow results are not persisted (the
+outcome carries internal operator counts). Runs with Prefect's ephemeral API: no server to
+start.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+from fdptm.faults import checkpoint
+from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import run as lifecycle
 from fdptm.tasks import stages
-from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.release import publish
 from fdptm.tasks.spec import RunSpec
 
@@ -32,7 +37,12 @@ IO_RETRIES = {"retries": 2, "retry_delay_seconds": 1}
 def preprocess_task(spec: RunSpec, show: bool) -> list[dict]:
     total = stages.documents(spec)
     with tqdm(total=total, desc="PRE documents", unit="doc", disable=not show) as bar:
-        return lifecycle.run_stage(spec, "preprocess", stages.preprocess, bar.update)
+
+        def step(n: int) -> None:
+            bar.update(n)
+            checkpoint("during-preprocess")
+
+        return lifecycle.run_stage(spec, "preprocess", stages.preprocess, step)
 
 
 @task(name="bound-contributions", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -40,9 +50,9 @@ def bound_task(spec: RunSpec, tokens: list[dict]) -> dict:
     return lifecycle.run_stage(spec, "bounding", stages.bound, tokens)
 
 
-@task(name="m1-vocabulary", cache_policy=NO_CACHE)
-def vocabulary_task(spec: RunSpec, bounded: dict, epsilon: float, delta: float) -> dict:
-    return lifecycle.run_stage(spec, "vocabulary", stages.vocabulary, bounded, epsilon, delta)
+@task(name="m1-vocabulary", cache_policy=NO_CACHE, retries=0)
+def vocabulary_task(spec: RunSpec, bounded: dict) -> dict:
+    return lifecycle.run_stage(spec, "vocabulary", stages.vocabulary, bounded)
 
 
 @task(name="sanitize", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -50,16 +60,16 @@ def sanitize_task(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
     return lifecycle.run_stage(spec, "sanitize", stages.sanitized, bounded, vocab)
 
 
-@task(name="m2-train", cache_policy=NO_CACHE)
-def train_task(
-    spec: RunSpec, san: dict, vocab: dict, epsilon: float, delta: float, show: bool
-) -> dict:
-    desc = f"M2 {spec.mechanism}"
-    total = stages.progress_total(spec, epsilon, delta)
-    with tqdm(total=total, desc=desc, disable=not show) as bar:
-        return lifecycle.run_stage(
-            spec, "train", stages.train, san, vocab, epsilon, delta, bar.update
-        )
+@task(name="m2-train", cache_policy=NO_CACHE, retries=0)
+def train_task(spec: RunSpec, san: dict, vocab: dict, show: bool) -> dict:
+    total = stages.progress_total(spec)
+    with tqdm(total=total, desc=f"M2 {spec.mechanism}", disable=not show) as bar:
+
+        def step(n: int) -> None:
+            bar.update(n)
+            checkpoint("during-train")
+
+        return lifecycle.run_stage(spec, "train", stages.train, san, vocab, step)
 
 
 @task(name="baseline-cgs", cache_policy=NO_CACHE)
@@ -69,12 +79,15 @@ def baseline_task(spec: RunSpec, san: dict, vocab: dict, show: bool) -> dict:
 
 
 @task(name="publish-release", cache_policy=NO_CACHE, **IO_RETRIES)
-def publish_task(spec: RunSpec, plan, vocab: dict, topic_word: dict) -> str:
-    return str(lifecycle.run_stage(spec, "release", publish, plan, vocab, topic_word))
+def publish_task(spec: RunSpec, vocab: dict, topic_word: dict) -> str:
+    return str(lifecycle.run_stage(spec, "release", publish, vocab, topic_word))
 
 
 @dataclass(frozen=True)
 class ReleaseOutcome:
+    """What a release run returns. ``internal`` holds operator counts (not DP, never in
+    the release): documents read, authors, documents dropped by contribution bounding."""
+
     run_id: str
     release_path: str
     epsilon: float
@@ -83,62 +96,20 @@ class ReleaseOutcome:
     notion: str
     statement: str
     top_words: list[list[str]]
+    internal: dict[str, int]
 
 
-@flow(name="release", log_prints=False)
-def release(
-    dataset: str,
-    epsilon: float,
-    delta: float,
-    topics: int,
-    iterations: int = 100,
-    mechanism: str = DEFAULT_MECHANISM,
-    seed: int | None = None,
-    workspace: str | None = None,
-    set_union_policy: str = "weighted",
-    m1_fraction: float = 0.25,
-    max_docs_per_author: int = 100,
-    max_tokens_per_doc: int = 1000,
-    baseline: bool = False,
-    releases_left: int | None = None,
-    m2_options: dict | None = None,
-    allow_unproven: bool = False,
-    show_progress: bool = False,
-) -> dict:
-    """Release a DP topic model of ``dataset`` at (epsilon, delta); returns the outcome.
-
-    With ``releases_left`` the run uses at most (what the lifetime cap has left) /
-    releases_left, the adaptive budget of a scheduled plan.
-    """
-    spec = RunSpec(
-        run_id=lifecycle.new_run_id(dataset),
-        workspace=str(Workspace.resolve(workspace).root),
-        dataset=dataset,
-        epsilon=epsilon,
-        delta=delta,
-        topics=topics,
-        iterations=iterations,
-        mechanism=mechanism,
-        seed=seed,
-        set_union_policy=set_union_policy,
-        m1_fraction=m1_fraction,
-        baseline=baseline,
-        releases_left=releases_left,
-        m2_options=dict(m2_options or {}),
-        allow_unproven=allow_unproven,
-        bounds=Bounds(max_docs_per_author, max_tokens_per_doc),
-    )
-    spec, plan = lifecycle.prepare(spec)
-    m1, m2 = plan.stage("vocabulary"), plan.stage("train")
+def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
+    """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome."""
     try:
         tokens = preprocess_task(spec, show_progress)
         bounded = bound_task(spec, tokens)
-        vocab = vocabulary_task(spec, bounded, m1.epsilon, m1.delta)
+        vocab = vocabulary_task(spec, bounded)
         san = sanitize_task(spec, bounded, vocab)
-        topic_word = train_task(spec, san, vocab, m2.epsilon, m2.delta, show_progress)
+        topic_word = train_task(spec, san, vocab, show_progress)
         if spec.baseline:
             baseline_task(spec, san, vocab, show_progress)
-        path = publish_task(spec, plan, vocab, topic_word)
+        path = publish_task(spec, vocab, topic_word)
     except BaseException as exc:
         lifecycle.finish(spec, exc)
         raise
@@ -154,13 +125,41 @@ def release(
         g["notion"],
         g["statement"],
         manifest["top_words"],
+        stages.operator_counts(spec),
     )
-    create_markdown_artifact(
-        key=artifact_key(dataset),
-        markdown=_summary(outcome, manifest),
-        description=f"DP topic model release {spec.run_id}",
-    )
+    try:
+        create_markdown_artifact(
+            key=artifact_key(spec.dataset),
+            markdown=_summary(outcome, manifest),
+            description=f"DP topic model release {spec.run_id}",
+        )
+    except httpx.TransportError as exc:  # the release is published; only the summary is lost
+        print(
+            f"fdptm: warning: release {spec.run_id} is published, but Prefect's API could not "
+            f"be reached to store its summary artifact ({exc})",
+            file=sys.stderr,
+        )
     return outcome.__dict__
+
+
+@flow(name="release", log_prints=False, retries=0, persist_result=False)
+def release(request: ReleaseRequest, show_progress: bool = False) -> dict:
+    """Release a DP topic model as ``request`` describes; returns the outcome.
+
+    With ``request.releases_left`` the run uses at most (what the lifetime cap has left) /
+    releases_left, the adaptive budget of a scheduled plan.
+    """
+    spec, _ = lifecycle.prepare(request)
+    checkpoint("after-reserve")
+    return _pipeline(spec, show_progress)
+
+
+@flow(name="resume-release", log_prints=False, retries=0, persist_result=False)
+def resume_release(run_id: str, workspace: str | None = None, show_progress: bool = False) -> dict:
+    """Continue failed release ``run_id`` from its last stored stage, spending nothing again
+    (a lost DP stage is reserved anew; see ``fdptm.tasks.run.prepare_resume``)."""
+    spec, _, _ = lifecycle.prepare_resume(Workspace.resolve(workspace).require(), run_id)
+    return _pipeline(spec, show_progress)
 
 
 def artifact_key(dataset: str) -> str:

@@ -1,7 +1,11 @@
-"""Parquet and JSON artifacts: atomic writes and content hashes.
+"""Parquet and JSON artifacts: atomic, private writes and content hashes.
 
 Stages exchange data only through files written here and registered in the catalog with
 their producer run and sha256, never through pickled Python objects.
+
+Every write goes to a temporary file (created 0600 in the target's directory), is flushed
+to disk, then renamed over the target: a failed write (a full disk, a read-only workspace)
+removes the temporary file and leaves the previous version of the target intact.
 """
 
 from __future__ import annotations
@@ -9,12 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
+from fdptm.storage.workspace import FILE_MODE, private_mkdir, storage_error
 
 
 def file_sha256(path: Path) -> str:
@@ -26,15 +33,36 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic(path: Path, write) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def _atomic(path: Path, write: Callable[[Path], None]) -> str:
+    """Run ``write`` on a private temporary file, fsync it and rename it to ``path``.
+
+    Returns the sha256 of what was written. ENOSPC and permission errors become the
+    workspace errors of ``storage_error``, raised after the temporary file is removed.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    created = False
     try:
+        private_mkdir(path.parent)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+        created = True
         write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        sha = file_sha256(tmp)
         os.replace(tmp, path)
+        created = False
+    except OSError as exc:
+        error = storage_error(exc, path)
+        if error is None:
+            raise
+        raise error from exc
     finally:
-        tmp.unlink(missing_ok=True)
-    return file_sha256(path)
+        if created:
+            tmp.unlink(missing_ok=True)
+    return sha
 
 
 def write_parquet(table: pa.Table, path: Path) -> str:
@@ -49,6 +77,14 @@ def write_json(obj: dict, path: Path) -> str:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
     return _atomic(path, write)
+
+
+def intact(path: Path, expected_sha256: str) -> bool:
+    """True when ``path`` is a file whose bytes still hash to ``expected_sha256``."""
+    try:
+        return path.is_file() and file_sha256(path) == expected_sha256
+    except OSError:
+        return False
 
 
 def read_parquet(path: Path, expected_sha256: str | None = None) -> pa.Table:

@@ -7,14 +7,27 @@ Protocol (DESIGN.md section 3, "Spend protocol"):
    would exceed the cap is refused (``BudgetRefusedError``, exit code 3) and nothing is
    inserted. Because the check and the inserts share one serialised catalog connection,
    two runs at once can never overspend: the second sees the first's reservation.
-2. A stage that has started reading private data calls ``spend``: from then on its budget
-   is gone, whether or not the run later succeeds.
-3. A stage that failed before reading private data (or never ran) calls ``refund``.
+2. When the run first reads private data (PRE opens the ingested rows), ``commit`` turns
+   every reservation of the run into a spend, in one transaction, before the read. From
+   then on the whole budget is gone, whether or not the run later succeeds: a refund that
+   depended on how the run went after reading (a failure inside PRE, bounding or a
+   mechanism, a crash, a timeout) would itself be a non-DP function of the data, visible to
+   the next run through the ledger (``--releases-left``).
+3. A run that failed (or died) before reading anything is refunded (``refund``). The only
+   refund after the first read is of a stage whose decision not to run is a function of
+   DP outputs alone (post-processing), e.g. M2 when the DP vocabulary is smaller than k
+   (``refund_unused``).
+4. A resumed run whose DP stage had started but stored nothing reserves that stage again
+   (``replace_lost``): the lost attempt stays charged.
 
 Reserved entries count against the cap exactly like spent ones, so a crash at any point
 leaves the ledger conservative and consistent: an entry left ``reserved`` by a crashed run
 stays charged. The cap is a privacy filter (Rogers et al. 2016): the composed spend never
 exceeds it, even when a run's parameters depend on earlier private outputs.
+
+Arithmetic is exact: totals are summed as decimals of each stored float's shortest repr
+(``fdptm.privacy.accountant.compose``), so a cap of (10, 5e-5) holds exactly five runs of
+(2, 1e-5), and a refusal message's "needs" and "remaining" come from the same numbers.
 
 Entries are stored in each mechanism's own adjacency. Totals are composed at a chosen unit
 with ``fdptm.privacy.accountant.compose``, converting explicitly (and refusing entries that
@@ -28,8 +41,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from fdptm.errors import BadInputError, BudgetRefusedError
-from fdptm.privacy.accountant import BudgetPlan, Composition, check_delta, check_epsilon, compose
+from fdptm.errors import BadInputError, BudgetRefusedError, FdptmError
+from fdptm.privacy.accountant import (
+    BudgetPlan,
+    Composition,
+    StageBudget,
+    check_delta,
+    check_epsilon,
+    compose,
+    exact,
+    exact_sum,
+)
 from fdptm.privacy.adjacency import Adjacency, converts_to
 from fdptm.storage.catalog import Catalog, now
 
@@ -51,6 +73,10 @@ def _spends(rows: list[dict[str, Any]]) -> list[tuple[float, float, Adjacency]]:
 
 def _notions(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     return [(r["notion"], r["gamma"]) for r in rows]
+
+
+def _new_notions(stages, accounting: dict[str, dict]) -> list[tuple[str, float]]:
+    return [(s.notion, accounting.get(s.stage, {}).get("gamma", 0.0)) for s in stages]
 
 
 class Ledger:
@@ -126,59 +152,74 @@ class Ledger:
         recompute the stage's spend.
         """
         accounting = accounting or {}
-        authors_are_documents = self.authors_are_documents(dataset)
-        new = [(s.epsilon, s.delta, s.adjacency) for s in plan.stages]
-        new_notions = [
-            (s.notion, accounting.get(s.stage, {}).get("gamma", 0.0)) for s in plan.stages
-        ]
         ids = {s.stage: uuid.uuid4().hex for s in plan.stages}
         with self.catalog.transaction() as con:
-            row = con.execute(
-                "SELECT cap_epsilon, cap_delta, cap_unit FROM datasets WHERE name = ?", [dataset]
-            ).fetchone()
-            if row is None:
-                raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
-            if row[0] is not None:
-                cap = Cap(row[0], row[1], Adjacency(row[2]))
-                active = con.execute(
-                    "SELECT epsilon, delta, adjacency, notion, gamma FROM ledger"
-                    " WHERE dataset = ? AND state IN ('reserved', 'spent')",
-                    [dataset],
-                ).fetchall()
-                spent = [(e, d, Adjacency(a)) for e, d, a, _, _ in active]
-                notions = [(n, g) for *_, n, g in active] + new_notions
-                _check_cap(cap, spent, new, authors_are_documents, notions)
-            ts = now()
-            for s, (notion, gamma) in zip(plan.stages, new_notions, strict=True):
-                record = accounting.get(s.stage)
-                con.execute(
-                    "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
-                    " epsilon, delta, state, note, created_at, updated_at, notion, gamma,"
-                    " accounting) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?, ?, ?, ?)",
-                    [
-                        ids[s.stage],
-                        dataset,
-                        run_id,
-                        s.stage,
-                        s.mechanism,
-                        s.adjacency.value,
-                        s.epsilon,
-                        s.delta,
-                        ts,
-                        ts,
-                        notion,
-                        gamma,
-                        None if record is None else json.dumps(record),
-                    ],
-                )
+            self._check(con, dataset, plan.stages, accounting)
+            self._insert(con, dataset, run_id, plan.stages, accounting, ids)
         return ids
+
+    def check(
+        self, dataset: str, plan: BudgetPlan, accounting: dict[str, dict] | None = None
+    ) -> None:
+        """Refuse (``BudgetRefusedError``) a plan the cap cannot cover, reserving nothing.
+
+        The early check a command makes before it starts anything; ``reserve`` checks again
+        atomically.
+        """
+        with self.catalog.transaction() as con:
+            self._check(con, dataset, plan.stages, accounting or {})
+
+    def _check(self, con, dataset: str, stages, accounting: dict[str, dict]) -> None:
+        row = con.execute(
+            "SELECT cap_epsilon, cap_delta, cap_unit, unit FROM datasets WHERE name = ?",
+            [dataset],
+        ).fetchone()
+        if row is None:
+            raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
+        if row[0] is None:
+            return
+        cap = Cap(row[0], row[1], Adjacency(row[2]))
+        active = con.execute(
+            "SELECT epsilon, delta, adjacency, notion, gamma FROM ledger"
+            " WHERE dataset = ? AND state IN ('reserved', 'spent')",
+            [dataset],
+        ).fetchall()
+        spent = [(e, d, Adjacency(a)) for e, d, a, _, _ in active]
+        new = [(s.epsilon, s.delta, s.adjacency) for s in stages]
+        notions = [(n, g) for *_, n, g in active] + _new_notions(stages, accounting)
+        _check_cap(cap, spent, new, row[3] == Adjacency.DOCUMENT.value, notions)
+
+    def _insert(self, con, dataset, run_id, stages, accounting, ids) -> None:
+        ts = now()
+        for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True):
+            record = accounting.get(s.stage)
+            con.execute(
+                "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
+                " epsilon, delta, state, note, created_at, updated_at, notion, gamma,"
+                " accounting) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?, ?, ?, ?)",
+                [
+                    ids[s.stage],
+                    dataset,
+                    run_id,
+                    s.stage,
+                    s.mechanism,
+                    s.adjacency.value,
+                    s.epsilon,
+                    s.delta,
+                    ts,
+                    ts,
+                    notion,
+                    gamma,
+                    None if record is None else json.dumps(record),
+                ],
+            )
 
     def spend(self, entry_id: str, note: str | None = None) -> None:
         """The mechanism has read private data: the reservation is spent for good."""
         self._transition(entry_id, ("reserved", "spent"), "spent", note)
 
     def refund(self, entry_id: str, note: str) -> None:
-        """The stage failed before reading private data: release its reservation."""
+        """The run failed before reading private data: release its reservation."""
         self._transition(entry_id, ("reserved",), "refunded", note)
 
     def _transition(self, entry_id: str, allowed: tuple[str, ...], state: str, note) -> None:
@@ -193,6 +234,91 @@ class Ledger:
                 " WHERE entry_id = ?",
                 [state, note, now(), entry_id],
             )
+
+    def commit(self, run_id: str, stages: tuple[str, ...] = ("vocabulary", "train")) -> None:
+        """The run is about to read private data: every reservation it holds is spent.
+
+        Refuses (before any read) unless each of ``stages`` then has a spent entry: a run
+        whose reservation was refunded meanwhile (wrongly closed as dead) must not read.
+        """
+        with self.catalog.transaction() as con:
+            con.execute(
+                "UPDATE ledger SET state = 'spent', updated_at = ?,"
+                " note = 'spent: the run read private data'"
+                " WHERE run_id = ? AND state = 'reserved'",
+                [now(), run_id],
+            )
+            spent = {
+                stage
+                for (stage,) in con.execute(
+                    "SELECT stage FROM ledger WHERE run_id = ? AND state = 'spent'", [run_id]
+                ).fetchall()
+            }
+        missing = [s for s in stages if s not in spent]
+        if missing:
+            raise FdptmError(
+                f"run {run_id} holds no spent budget for {', '.join(missing)}; it must not "
+                "read private data. Start a new release."
+            )
+
+    def start_mechanism(self, run_id: str, stage: str) -> None:
+        """Mark the stage's spent entry as used by its mechanism, once, atomically.
+
+        A mechanism runs at most once per charge: a second start under the same entry (a
+        retry, a re-entered stage) is refused, and ``--resume`` treats a started entry
+        without a stored output as spent and lost.
+        """
+        with self.catalog.transaction() as con:
+            row = con.execute(
+                "UPDATE ledger SET started_at = ? WHERE run_id = ? AND stage = ?"
+                " AND state = 'spent' AND started_at IS NULL RETURNING entry_id",
+                [now(), run_id, stage],
+            ).fetchone()
+        if row is None:
+            raise FdptmError(
+                f"stage {stage} of run {run_id} has no spent ledger entry that its mechanism "
+                "has not used yet; a DP mechanism never runs twice on one charge. If the run "
+                "failed, `fdptm release --resume` reserves the stage again."
+            )
+
+    def refund_unused(self, run_id: str, stage: str, note: str) -> None:
+        """Refund a spent stage that will never run, decided from DP outputs alone."""
+        with self.catalog.transaction() as con:
+            con.execute(
+                "UPDATE ledger SET state = 'refunded', note = ?, updated_at = ?"
+                " WHERE run_id = ? AND stage = ? AND state IN ('reserved', 'spent')"
+                " AND started_at IS NULL",
+                [note, now(), run_id, stage],
+            )
+
+    def replace_lost(
+        self, con, dataset: str, run_id: str, stage: StageBudget, accounting: dict[str, dict]
+    ) -> str:
+        """Reserve ``stage`` of a resumed run again; its lost attempt stays spent.
+
+        Runs on ``con``, the caller's transaction (with the run's status update). The lost
+        entry is renamed ``<stage>/lost-<n>`` so the run has one live entry per stage; the
+        new one is ``reserved`` until the resumed run's first read commits it, so a resume
+        that dies before reading anything is refunded. Checked against the cap first.
+        """
+        entry = uuid.uuid4().hex
+        self._check(con, dataset, [stage], accounting)
+        lost = con.execute(
+            "SELECT count(*) FROM ledger WHERE run_id = ? AND stage LIKE ?",
+            [run_id, f"{stage.stage}/lost-%"],
+        ).fetchone()[0]
+        con.execute(
+            "UPDATE ledger SET stage = ?, note = ?, updated_at = ? WHERE run_id = ? AND stage = ?",
+            [
+                f"{stage.stage}/lost-{lost + 1}",
+                "spent and lost: the mechanism started and stored nothing",
+                now(),
+                run_id,
+                stage.stage,
+            ],
+        )
+        self._insert(con, dataset, run_id, [stage], accounting, {stage.stage: entry})
+        return entry
 
 
 def _check_cap(
@@ -215,26 +341,53 @@ def _check_cap(
             f"mechanism that is {cap.unit.value}-level, or restate the cap with "
             f"`fdptm budget --dataset NAME --cap EPS DELTA --unit {weaker[0].value}`"
         )
-    before = compose(spent, cap.unit, authors_are_documents=authors_are_documents)
-    after = compose(
-        spent + new, cap.unit, authors_are_documents=authors_are_documents, notions=notions
-    )
-    over_eps = after.epsilon > cap.epsilon
-    over_delta = after.delta > cap.delta
-    if over_eps or over_delta:
-        need = compose(new, cap.unit, authors_are_documents=authors_are_documents)
+    try:
+        compose(spent + new, cap.unit, authors_are_documents=authors_are_documents, notions=notions)
+    except ValueError as exc:  # a random-DP spend cannot be converted to the cap's unit
         raise BudgetRefusedError(
-            f"refused: this run needs epsilon={need.epsilon:.6g}, delta={need.delta:.6g} "
+            f"refused: {exc}, so the lifetime cap (stated at {cap.unit.value} level) cannot "
+            "account for it. State the cap at the dataset's own unit with `fdptm budget "
+            "--dataset NAME --cap EPS DELTA`, or use a mechanism with plain DP."
+        ) from exc
+    before = compose(spent, cap.unit, authors_are_documents=authors_are_documents)
+    need = compose(new, cap.unit, authors_are_documents=authors_are_documents)
+    spent_eps = exact_sum(c.epsilon_out for c in before.conversions)
+    spent_delta = exact_sum(c.delta_out for c in before.conversions)
+    need_eps = exact_sum(c.epsilon_out for c in need.conversions)
+    need_delta = exact_sum(c.delta_out for c in need.conversions)
+    left_eps = max(exact(cap.epsilon) - spent_eps, 0)
+    left_delta = max(exact(cap.delta) - spent_delta, 0)
+    if need_eps > left_eps or need_delta > left_delta:
+        short = " and ".join(
+            f"{name} (needs {_show(n)}, {_show(left)} remain)"
+            for name, n, left in (
+                ("epsilon", need_eps, left_eps),
+                ("delta", need_delta, left_delta),
+            )
+            if n > left
+        )
+        raise BudgetRefusedError(
+            f"refused: this run needs epsilon={_show(need_eps)}, delta={_show(need_delta)} "
             f"({cap.unit.value} level) but the dataset's lifetime cap of "
-            f"epsilon={cap.epsilon:.6g}, delta={cap.delta:.6g} has only "
-            f"epsilon={max(cap.epsilon - before.epsilon, 0.0):.6g}, "
-            f"delta={max(cap.delta - before.delta, 0.0):.6g} remaining "
-            f"(spent or reserved: epsilon={before.epsilon:.6g}, delta={before.delta:.6g}). "
+            f"epsilon={cap.epsilon!r}, delta={cap.delta!r} has only "
+            f"epsilon={_show(left_eps)}, delta={_show(left_delta)} remaining "
+            f"(spent or reserved: epsilon={_show(spent_eps)}, delta={_show(spent_delta)}); "
+            f"short on {short}. "
             "Ask for less budget, or raise the cap with `fdptm budget --cap` if your policy "
             "allows it."
         )
 
 
+def _show(value) -> str:
+    """A decimal amount in full (no rounding that could make 'needs' look like 'remains')."""
+    if value == value.to_integral_value() and abs(value) < 10**16:
+        return str(int(value))
+    return format(value.normalize(), "g")
+
+
 def remaining(cap: Cap, lifetime: Composition) -> tuple[float, float]:
-    """What the cap still allows, floored at 0."""
-    return max(cap.epsilon - lifetime.epsilon, 0.0), max(cap.delta - lifetime.delta, 0.0)
+    """What the cap still allows, floored at 0 (exact decimal difference, then a float)."""
+    return (
+        float(max(exact(cap.epsilon) - exact(lifetime.epsilon), 0)),
+        float(max(exact(cap.delta) - exact(lifetime.delta), 0)),
+    )

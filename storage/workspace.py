@@ -4,28 +4,56 @@ Layout (internal artifacts are computed on private data and are not DP; only ``r
 holds DP outputs meant to leave the organisation):
 
     <workspace>/catalog.duckdb                  catalog and privacy ledger
+    <workspace>/catalog.lock                    the catalog's cross-process lock
     <workspace>/secret.key                      key of the manifests' input commitments
     <workspace>/datasets/<name>/batches/        ingested rows (internal, raw text)
     <workspace>/datasets/<name>/rejects/        rows refused at ingest (internal, raw text)
     <workspace>/datasets/<name>/tokens/         PRE output per batch (internal)
     <workspace>/internal/runs/<run_id>/         bounded tokens, baselines (internal)
     <workspace>/releases/<run_id>/              topic_word, vocabulary, manifest (public)
+
+The workspace holds raw text, so it is private to its owner: directories fdptm creates are
+0700 and files 0600. An existing workspace that group or others can read or write is used
+as it is (a team may share one on purpose), with a warning once per process.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import os
 import re
 import secrets
+import shutil
+import stat
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from fdptm.errors import BadInputError, FdptmError
+from fdptm.errors import (
+    BadInputError,
+    DiskFullError,
+    FdptmError,
+    WorkspaceNotWritableError,
+)
 
 DEFAULT_WORKSPACE = "fdptm-workspace"
 ENV_VAR = "FDPTM_WORKSPACE"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_SUBDIRS = ("datasets", "internal/runs", "releases")
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+_warned: set[Path] = set()
+_warned_lock = threading.Lock()
+
+
+class WorkspacePermissionWarning(UserWarning):
+    """The workspace (raw text, ledger, key) is open to group or others."""
 
 
 def check_name(name: str, what: str = "dataset name") -> str:
@@ -36,6 +64,86 @@ def check_name(name: str, what: str = "dataset name") -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def storage_error(exc: OSError, path: Path) -> FdptmError | None:
+    """The clear error for a failed write of ``path``, or None when it is not a known cause.
+
+    ENOSPC and quotas become ``DiskFullError``; permission and read-only file systems become
+    ``WorkspaceNotWritableError``. Callers write to a temporary file and rename, so the
+    message can promise that the previous version of ``path`` is intact.
+    """
+    reason = exc.strerror or str(exc)
+    if exc.errno in _NO_SPACE:
+        return DiskFullError(
+            f"no space left to write {path} ({reason}; {free_space(path)} free on that "
+            "device): free disk space (or raise the quota) and run the command again. Nothing "
+            "stored was lost: the previous version of the file, if any, is intact and the "
+            "partial file was removed."
+        )
+    if exc.errno in NOT_WRITABLE_ERRNOS:
+        return not_writable(path, reason)
+    return None
+
+
+def not_writable(path: Path, reason: str) -> WorkspaceNotWritableError:
+    """The error for a command that must write ``path`` in a workspace it cannot write."""
+    return WorkspaceNotWritableError(
+        f"cannot write {path} ({reason}): the workspace is not writable by this user (a "
+        "read-only file system, or another owner). Nothing was changed. Commands that only "
+        "read (`fdptm budget` without --cap) work on a read-only workspace; run this one as "
+        "the workspace's owner, or on a writable copy of the workspace."
+    )
+
+
+def free_space(path: Path) -> str:
+    """Free space on the device holding ``path`` (or its nearest existing parent), for messages."""
+    for parent in (path, *path.parents):
+        if parent.exists():
+            free = shutil.disk_usage(parent).free
+            return f"{free / 1e6:.1f} MB" if free >= 1e5 else f"{free} bytes"
+    return "unknown"
+
+
+def private_mkdir(path: Path) -> None:
+    """Create ``path`` and its missing parents, each 0700 (whatever the umask)."""
+    missing = []
+    for parent in (path, *path.parents):
+        if parent.is_dir():
+            break
+        missing.append(parent)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            error = storage_error(exc, directory)
+            if error is None:
+                raise
+            raise error from exc
+        os.chmod(directory, DIR_MODE)
+
+
+def warn_if_exposed(root: Path) -> None:
+    """Warn once per process per workspace when group or others may read or write it."""
+    try:
+        mode = stat.S_IMODE(root.stat().st_mode)
+    except OSError:
+        return
+    if not mode & 0o077:
+        return
+    with _warned_lock:
+        if root in _warned:
+            return
+        _warned.add(root)
+    warnings.warn(
+        f"the workspace {root} is open to group or others (mode {mode:04o}) and holds raw "
+        f"text, the privacy ledger and secret.key; make it private with "
+        f"`chmod -R go-rwx {root}`",
+        WorkspacePermissionWarning,
+        stacklevel=2,
+    )
 
 
 @dataclass(frozen=True)
@@ -51,10 +159,22 @@ class Workspace:
         return cls(Path(chosen).expanduser().resolve())
 
     def create(self) -> Workspace:
+        """Create the workspace (0700) for a command that writes to it.
+
+        An existing workspace keeps its modes (with a warning when it is open to others);
+        one this user cannot write to is refused here, before anything is read or computed.
+        """
         if self.root.exists() and not self.root.is_dir():
             raise BadInputError(f"workspace path {self.root} exists and is not a directory")
-        for sub in ("datasets", "internal/runs", "releases"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if self.root.is_dir():
+            warn_if_exposed(self.root)
+            if not os.access(self.root, os.W_OK):
+                read_only = os.statvfs(self.root).f_flag & os.ST_RDONLY
+                raise not_writable(
+                    self.root, os.strerror(errno.EROFS if read_only else errno.EACCES)
+                )
+        for sub in _SUBDIRS:
+            private_mkdir(self.root / sub)
         return self
 
     def require(self) -> Workspace:
@@ -65,7 +185,26 @@ class Workspace:
                 f"first with `fdptm ingest PATH --dataset NAME --workspace {self.root}`, or "
                 f"point --workspace / ${ENV_VAR} at an existing workspace"
             )
+        warn_if_exposed(self.root)
         return self
+
+    def holds_data(self) -> bool:
+        """True when anything was ingested, released or keyed here (beyond empty folders)."""
+        return (self.root / "secret.key").exists() or any(
+            any(p.is_file() for p in (self.root / sub).rglob("*"))
+            for sub in ("datasets", "releases")
+        )
+
+    def has_releases(self) -> bool:
+        """Whether a release was ever published: files under releases/ or catalog rows."""
+        releases = self.root / "releases"
+        if releases.is_dir() and any(releases.iterdir()):
+            return True
+        if not self.catalog_path.exists():
+            return False
+        from fdptm.storage.catalog import Catalog
+
+        return bool(Catalog(self).query("SELECT 1 FROM releases LIMIT 1"))
 
     def commitment(self, sha256: str) -> str:
         """HMAC-SHA256 of an input's sha256 under the workspace's secret key.
@@ -78,21 +217,21 @@ class Workspace:
         return hmac.new(self._secret_key(), sha256.encode(), "sha256").hexdigest()
 
     def _secret_key(self) -> bytes:
-        """The 32-byte key, created atomically (written in full, then linked into place)."""
+        """The 32-byte key, created (0600, atomically) only before the first release.
+
+        A key missing from a workspace with releases is refused: a new one would make the
+        earlier manifests' commitments unverifiable, so it must come back from a backup.
+        """
         key_path = self.root / "secret.key"
         if not key_path.exists():
-            tmp = key_path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_hex(32))
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, key_path)
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
+            if self.has_releases():
+                raise FdptmError(
+                    f"{key_path} is missing, but this workspace has published releases whose "
+                    "manifests commit to their inputs under that key: a new key would make "
+                    "them unverifiable. Restore secret.key from a backup (0600, owner only); "
+                    "nothing was changed"
+                )
+            self._create_key(key_path)
         try:
             key = bytes.fromhex(key_path.read_text().strip())
         except ValueError:
@@ -103,6 +242,30 @@ class Workspace:
                 "in earlier manifests depend on it) or, if none was published yet, delete it"
             )
         return key
+
+    @staticmethod
+    def _create_key(key_path: Path) -> None:
+        """Write a fresh key in full, then link it into place (a concurrent creator wins)."""
+        tmp = key_path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
+        created = False
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            created = True
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, key_path)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            error = storage_error(exc, key_path)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            if created:
+                tmp.unlink(missing_ok=True)
 
     @property
     def catalog_path(self) -> Path:

@@ -169,7 +169,7 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         return replace(claim, reason=claim.reason + note)
 
     bounded_path = workspace.root / bounded_row["path"]
-    gen = NoiseSource.create(spec.seed, 70).generator
+    gen = NoiseSource.internal(spec.seed, 70).generator
     m2_params = run.m2_params(m2.epsilon, m2.delta, unit)
     return AuditPlan(
         spec,
@@ -211,14 +211,14 @@ def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelSco
     def scores(model):
         return score_documents(model, bounded, plan.run.topics, plan.universe)
 
-    noise = NoiseSource.create(plan.spec.seed, 100 + index)
+    noise = NoiseSource.internal(plan.spec.seed, 100 + index)
     model = train_on(bounded, members, own_vocabulary, train, noise)
     pipeline = scores(model)
     if index == 0:  # the configuration's held-out utility, on the half the target never saw
         pipeline = replace(
             pipeline, held_out_perplexity=held_out_perplexity(model, bounded, members)
         )
-    noise = NoiseSource.create(plan.spec.seed, 100 + len(plan.masks) + index)
+    noise = NoiseSource.internal(plan.spec.seed, 100 + len(plan.masks) + index)
     return pipeline, scores(train_on(bounded, members, released_vocabulary, train, noise))
 
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 from nltk.tokenize import RegexpTokenizer
 
-from fdptm.storage.artifacts import read_parquet, write_parquet
+from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 from fdptm.text import lemmatizer, stop_words
@@ -103,11 +103,14 @@ def preprocess_batch(
 ) -> dict:
     """Tokens of one batch, from the cache when this batch and config were done before.
 
-    Returns the catalog row of the token artifact (path relative to the workspace, hash).
+    The cache is derived data: a cached file that is missing, corrupt or no longer matches
+    the hash in the catalog is recomputed from the batch, which is the source of truth
+    (only a damaged batch is an error). Returns the catalog row of the token artifact
+    (path relative to the workspace, hash).
     """
     name = f"tokens/{batch['dataset']}/{batch['seq']}/{batch['sha256'][:16]}/{cfg.digest()}"
     cached = catalog.artifact(name)
-    if cached is not None and (workspace.root / cached["path"]).exists():
+    if cached is not None and intact(workspace.root / cached["path"], cached["sha256"]):
         if progress:
             progress(batch["n_rows"])
         return cached
@@ -123,8 +126,11 @@ def preprocess_batch(
     )
     rel = f"datasets/{batch['dataset']}/tokens/batch={batch['seq']:06d}/pre-{cfg.digest()}.parquet"
     sha = write_parquet(table, workspace.root / rel)
-    catalog.register_artifact(name, run_id, "preprocess", rel, sha, "internal", table.num_rows)
-    return catalog.artifact(name)
+    with catalog.transaction() as con:
+        catalog.register_artifact(
+            name, run_id, "preprocess", rel, sha, "internal", table.num_rows, con=con
+        )
+        return catalog.artifact(name)
 
 
 def read_tokens(workspace: Workspace, artifacts: list[dict]) -> pa.Table:

@@ -1,15 +1,37 @@
-"""Readers for the input formats ingest accepts, into one normalised row layout.
+"""Readers for the input formats ingest accepts, into one layout of raw per-document fields.
 
 Formats: Parquet, CSV (with a header), JSONL (one object per line), plain text with one
-document per line (``.txt``, or any file with ``fmt="lines"``), and JSON that is either
-``{"text": [...]}`` (the PHEME files), ``{"text": [...], "author_id": [...], ...}`` with
-parallel lists, or a list of objects. Rows keep whatever they hold; typing and validation
-happen in ``tasks.ingest`` so that a bad row is reported, not silently coerced.
+document per line (``.txt``, or any file with ``fmt="lines"``, read as one column ``text``),
+and JSON that is either ``{"text": [...], "author_id": [...], ...}`` with parallel lists (the
+PHEME files) or a list of objects.
+
+A document has four fields, ``FIELDS``: its text, ``doc_id``, ``author_id`` and ``ts``. A
+``ColumnMap`` says which input column holds each; a field that is not mapped is read from
+the column of its own name when the file has one. A mapped column the file lacks is an
+error, and every input column no field reads is reported back (``Rows.ignored``) so that
+ingest can name it: nothing is dropped silently.
+
+Rows keep whatever they hold; typing and validation happen in ``tasks.ingest`` so that a bad
+row is reported, not silently coerced. What cannot become rows at all (an empty file, a CSV
+row with the wrong number of fields, a lone UTF-16 surrogate, JSON nested beyond what the
+parser reads) is a ``BadInputError`` that says what to do. No message quotes row content:
+only row and line numbers, byte offsets and column names.
+
+``Rows.sha256`` is the sha256 of the bytes the rows come from: text formats are read once
+into memory, hashed and parsed from those bytes; a Parquet file is hashed through the open
+file it is then parsed from, so a file replaced (renamed over) meanwhile is still read whole
+from the old one (only a rewrite in place between the two reads would go unnoticed).
 """
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
+import re
+from collections import Counter
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +41,13 @@ import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
 
-COLUMNS = ("doc_id", "text", "author_id", "ts")
+FIELDS = ("doc_id", "text", "author_id", "ts")
+OPTIONS = {
+    "text": "--text-column",
+    "doc_id": "--id-column",
+    "author_id": "--author-column",
+    "ts": "--time-column",
+}
 FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
@@ -29,6 +57,83 @@ FORMATS = {
     ".json": "json",
     ".txt": "lines",
 }
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CSV_SHAPE = re.compile(r"Expected (\d+) columns, got (\d+)")
+_NAMES_SHOWN = 20
+
+
+def quote(name: str) -> str:
+    """A column name for a message: quoted, escaped (no control characters) and at most
+    80 characters long."""
+    text = repr(name)
+    return text if len(text) <= 80 else text[:76] + "...'"
+
+
+def names(columns: list[str]) -> str:
+    """Column names for a message, at most ``_NAMES_SHOWN`` of them."""
+    if not columns:
+        return "no columns"
+    shown = ", ".join(quote(c) for c in columns[:_NAMES_SHOWN])
+    more = len(columns) - _NAMES_SHOWN
+    return f"[{shown}{f', and {more} more' if more > 0 else ''}]"
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """The input column of each field; None reads the column named like the field, if any."""
+
+    text: str | None = None
+    doc_id: str | None = None
+    author_id: str | None = None
+    ts: str | None = None
+
+    def resolve(self, found: list[str], source: Path) -> dict[str, str]:
+        """Field -> input column, for every field the file provides.
+
+        A mapped column must be in ``found``; the text is required; one column serves one
+        field only (an explicit mapping takes a column before a field's own name does).
+        """
+        chosen: dict[str, str] = {}
+        for spec in fields(self):
+            column = getattr(self, spec.name)
+            if column is None:
+                continue
+            if column not in found:
+                raise BadInputError(
+                    f"{source.name}: column {quote(column)} (mapped with "
+                    f"{OPTIONS[spec.name]}) is not in the file; the file's columns are "
+                    f"{names(found)}"
+                )
+            chosen[spec.name] = column
+        for field in FIELDS:
+            if field not in chosen and field in found and field not in chosen.values():
+                chosen[field] = field
+        if "text" not in chosen:
+            raise BadInputError(
+                f"{source.name} has no column 'text' (expected the documents' text there); the "
+                f"file's columns are {names(found)}. Name the column that holds the text with "
+                "--text-column NAME (text_column= in Python)"
+            )
+        shared = [c for c, k in Counter(chosen.values()).items() if k > 1]
+        if shared:
+            mapped = sorted(f for f, c in chosen.items() if c == shared[0])
+            raise BadInputError(
+                f"column {quote(shared[0])} is mapped to more than one field ({', '.join(mapped)});"
+                " map each field to a column of its own"
+            )
+        return chosen
+
+
+@dataclass
+class Rows:
+    """Raw values of the mapped fields, what the file holds besides, and the sha256 of the
+    bytes they were parsed from."""
+
+    columns: dict[str, list[Any]]
+    mapping: dict[str, str]
+    ignored: list[str]
+    not_columns: list[str]
+    sha256: str
 
 
 def detect_format(path: Path) -> str:
@@ -41,8 +146,8 @@ def detect_format(path: Path) -> str:
     return fmt
 
 
-def read_rows(path: Path, fmt: str | None = None) -> dict[str, list[Any]]:
-    """Column name -> list of raw values, for the known columns present in ``path``.
+def read_rows(path: Path, fmt: str | None = None, columns: ColumnMap | None = None) -> Rows:
+    """The fields of every row of ``path``, read through ``columns`` (default: own names).
 
     ``fmt`` overrides the format the extension implies (one of ``FORMATS``' values).
     """
@@ -53,31 +158,77 @@ def read_rows(path: Path, fmt: str | None = None) -> dict[str, list[Any]]:
     if fmt is not None and fmt not in set(FORMATS.values()):
         raise BadInputError(f"unknown format {fmt!r}; use one of {sorted(set(FORMATS.values()))}")
     fmt = fmt or detect_format(path)
+    if path.stat().st_size == 0:
+        raise _empty(path, "0 bytes")
+    columns = columns or ColumnMap()
     if fmt == "parquet":
-        columns = _read_parquet(path)
-    elif fmt == "csv":
-        columns = _read_csv(path)
-    else:
-        text = _read_utf8(path)
-        if fmt == "lines":
-            columns = {"text": text.splitlines()}
-        elif fmt == "jsonl":
-            columns = _from_jsonl(text, path)
-        else:
-            columns = _from_json(text, path)
-    if "text" not in columns:
-        raise BadInputError(
-            f"{path} has no 'text' column/field; found {sorted(columns) or 'nothing'}. "
-            "Every document needs its text in a field named 'text'"
-        )
-    lengths = {len(v) for v in columns.values()}
-    if len(lengths) > 1:
-        raise BadInputError(f"{path}: the columns have different lengths {sorted(lengths)}")
-    return {k: v for k, v in columns.items() if k in COLUMNS}
-
-
-def _read_utf8(path: Path) -> str:
+        return _read_parquet(path, columns)
     data = path.read_bytes()
+    if not data:
+        raise _empty(path, "0 bytes")
+    if fmt == "csv":
+        found, n, read = _read_csv(path, data)
+        not_columns: list[str] = []
+    else:
+        text = _read_utf8(path, data)
+        if not text.strip():
+            raise _empty(path, "only whitespace")
+        if fmt == "lines":
+            lines = text.splitlines()
+            found, n, read, not_columns = ["text"], len(lines), lambda _: lines, []
+        elif fmt == "jsonl":
+            found, n, read, not_columns = _records(_from_jsonl(text, path))
+        else:
+            found, n, read, not_columns = _from_json(text, path)
+    _check_unique(found, path)
+    if n == 0:
+        raise BadInputError(f"{path} holds no rows: an empty corpus cannot be ingested")
+    mapping = columns.resolve(found, path)
+    ignored = [c for c in found if c not in mapping.values()]
+    rows = Rows(
+        {f: read(c) for f, c in mapping.items()},
+        mapping,
+        ignored,
+        not_columns,
+        hashlib.sha256(data).hexdigest(),
+    )
+    if fmt in ("json", "jsonl"):
+        _check_surrogates(rows, path)
+    return rows
+
+
+def _empty(path: Path, what: str) -> BadInputError:
+    return BadInputError(
+        f"{path} is empty ({what}): there is nothing to ingest. Check that the export that "
+        "wrote it finished, or point at the file that holds the documents"
+    )
+
+
+def _check_unique(found: list[str], path: Path) -> None:
+    twice = [c for c, k in Counter(found).items() if k > 1]
+    if twice:
+        raise BadInputError(
+            f"{path.name} has the column {quote(twice[0])} twice: which one holds the field is "
+            "ambiguous. Rename one of them in the file"
+        )
+
+
+def _check_surrogates(rows: Rows, path: Path) -> None:
+    """Refuse lone UTF-16 surrogates (JSON ``\\ud800`` escapes without their pair): they are
+    not Unicode text and would fail when the batch is written."""
+    for field, values in rows.columns.items():
+        for i, value in enumerate(values):
+            if isinstance(value, str) and _SURROGATE.search(value):
+                raise BadInputError(
+                    f"{path} row {i + 1}: the value of column {quote(rows.mapping[field])} holds "
+                    "a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), which "
+                    "is not valid Unicode. Fix or remove that escape (a correct JSON encoder "
+                    "writes a character outside the BMP as a pair of escapes) and ingest again"
+                )
+
+
+def _read_utf8(path: Path, data: bytes | None = None) -> str:
+    data = path.read_bytes() if data is None else data
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -88,65 +239,173 @@ def _read_utf8(path: Path) -> str:
         ) from exc
 
 
-def _read_parquet(path: Path) -> dict[str, list[Any]]:
+def _read_parquet(path: Path, columns: ColumnMap) -> Rows:
+    """The rows of a Parquet file, parsed from the same open file that was hashed."""
+    with path.open("rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        fh.seek(0)
+        return _parse_parquet(path, fh, columns, digest)
+
+
+def _parse_parquet(path: Path, fh, columns: ColumnMap, digest: str) -> Rows:
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+        parquet = pq.ParquetFile(fh)
+        found = parquet.schema_arrow.names
+    except (pa.ArrowException, OSError) as exc:
         raise BadInputError(f"{path} is not a readable Parquet file: {exc}") from exc
-    return {name: table.column(name).to_pylist() for name in table.column_names}
+    _check_unique(found, path)
+    if parquet.metadata.num_rows == 0:
+        raise BadInputError(f"{path} holds no rows: an empty corpus cannot be ingested")
+    mapping = columns.resolve(found, path)
+    try:
+        table = parquet.read(columns=list(mapping.values()))
+    except (pa.ArrowException, OSError) as exc:
+        raise BadInputError(f"{path} is not a readable Parquet file: {exc}") from exc
+    out = {}
+    for field, column in mapping.items():
+        try:
+            out[field] = table.column(column).to_pylist()
+        except UnicodeDecodeError as exc:
+            raise BadInputError(
+                f"{path}: column {quote(column)} holds strings that are not valid UTF-8; "
+                "write the file again with UTF-8 text"
+            ) from exc
+    return Rows(out, mapping, [c for c in found if c not in mapping.values()], [], digest)
 
 
-def _read_csv(path: Path) -> dict[str, list[Any]]:
+def _read_csv(path: Path, data: bytes):
+    """(column names, number of rows, column name -> values) of the CSV ``data`` read from
+    ``path``; every cell a string.
+
+    Parsed serially so that a malformed row's number is known (pyarrow numbers records,
+    the header being record 1).
+    """
+    text = _read_utf8(path, data)
+    bad: list[tuple[int | None, int, int]] = []
+
+    def invalid_row(row) -> str:
+        bad.append((row.number, row.expected_columns, row.actual_columns))
+        return "error"
+
+    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid_row)
+    serial = pacsv.ReadOptions(use_threads=False)
     try:
-        header = pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 16))
-    except pa.ArrowInvalid as exc:
-        raise BadInputError(f"{path} is not a readable CSV file with a header: {exc}") from exc
-    types = {name: pa.string() for name in header.column_names}
-    try:
+        reader = pacsv.open_csv(pa.BufferReader(data), read_options=serial, parse_options=parse)
+        found = reader.schema.names
+        reader.close()
         table = pacsv.read_csv(
-            path,
+            pa.BufferReader(data),
+            read_options=serial,
             convert_options=pacsv.ConvertOptions(
-                column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+                column_types={name: pa.string() for name in found},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
             ),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            parse_options=parse,
         )
-    except pa.ArrowInvalid as exc:
-        raise BadInputError(f"{path}: CSV parse error: {exc}") from exc
-    return {name: table.column(name).to_pylist() for name in table.column_names}
+    except pa.ArrowException as exc:
+        raise _csv_error(path, exc, bad) from exc
+    if data.count(b'"') % 2:
+        _check_quotes_closed(text, path)
+    return found, table.num_rows, lambda name: table.column(name).to_pylist()
 
 
-def _from_jsonl(text: str, path: Path) -> dict[str, list[Any]]:
+def _check_quotes_closed(text: str, path: Path) -> None:
+    """Refuse a quoted field left open at the end of the file, which pyarrow accepts by
+    swallowing every later row into it. Only run when the file has an odd number of quotes;
+    Python's csv module in strict mode says where (its field size limit raised for the
+    check, since one field may hold a whole document)."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))
+    done = 0
+    try:
+        for _ in csv.reader(io.StringIO(text, newline=""), strict=True):
+            done += 1
+    except csv.Error as exc:
+        if "unexpected end of data" not in str(exc):
+            return
+        where = f"data row {done} (not counting the header)" if done else "the header"
+        raise BadInputError(
+            f"{path}: CSV parse error: a quoted field that starts in {where} is never closed, "
+            "so every later row would become part of it. Close the quote (a quote inside a "
+            "quoted field is written twice) and ingest again"
+        ) from exc
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_error(path: Path, exc: pa.ArrowException, bad: list) -> BadInputError:
+    """pyarrow's CSV messages quote the offending row: say where and what, never the row."""
+    shape = _CSV_SHAPE.search(str(exc))
+    if bad:
+        number, expected, actual = bad[0]
+        where = f"data row {number - 1} (not counting the header)" if number else "a row"
+        return BadInputError(
+            f"{path}: CSV parse error: {where} has {actual} fields where the header has "
+            f"{expected}. Quote fields that contain commas, quotes or line breaks, close every "
+            "quote, and ingest again"
+        )
+    if shape:
+        return BadInputError(
+            f"{path}: CSV parse error: a row has {shape[2]} fields where the header has "
+            f"{shape[1]}. Quote fields that contain commas, quotes or line breaks, close every "
+            "quote, and ingest again"
+        )
+    return BadInputError(
+        f"{path} is not a readable CSV file with a header (the parser's message is not shown: "
+        "it may quote the file's content). Check that it is comma-separated with one header "
+        "line, or convert it to Parquet or JSONL"
+    )
+
+
+def _loads(text: str, path: Path, where: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(f"{path}{where} is not valid JSON: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise BadInputError(
+            f"{path}{where}: JSON nested too deeply to read; ingest reads flat records "
+            '(objects such as {"text": "...", "doc_id": "..."}). Flatten the file and ingest '
+            "again"
+        ) from exc
+
+
+def _from_jsonl(text: str, path: Path) -> list[dict[str, Any]]:
     records = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInputError(f"{path} line {lineno} is not valid JSON: {exc.msg}") from exc
+        obj = _loads(line, path, f" line {lineno}")
         if not isinstance(obj, dict):
             raise BadInputError(f"{path} line {lineno} is not a JSON object")
         records.append(obj)
-    return _columns(records)
+    return records
 
 
-def _from_json(text: str, path: Path) -> dict[str, list[Any]]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInputError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from exc
+def _from_json(text: str, path: Path):
+    """(column names, number of rows, name -> values, top-level fields that are not lists)."""
+    obj = _loads(text, path, "")
     if isinstance(obj, dict):
         lists = {k: v for k, v in obj.items() if isinstance(v, list)}
-        if "text" not in lists:
-            raise BadInputError(f'{path}: expected {{"text": [...]}}; found keys {sorted(obj)}')
-        return lists
+        if not lists:
+            raise BadInputError(
+                f'{path}: expected {{"text": [...], ...}} (one list per field, one entry per '
+                f"document) or a list of objects; found no list among the keys {names(list(obj))}"
+            )
+        lengths = {len(v) for v in lists.values()}
+        if len(lengths) > 1:
+            raise BadInputError(f"{path}: the columns have different lengths {sorted(lengths)}")
+        others = [k for k in obj if k not in lists]
+        return list(lists), lengths.pop(), lists.__getitem__, others
     if isinstance(obj, list):
         if not all(isinstance(r, dict) for r in obj):
             raise BadInputError(f"{path}: a JSON list must hold one object per document")
-        return _columns(obj)
+        return _records(obj)
     raise BadInputError(f'{path}: expected {{"text": [...]}} or a list of objects')
 
 
-def _columns(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    keys = [k for k in COLUMNS if any(k in r for r in records)]
-    return {k: [r.get(k) for r in records] for k in keys}
+def _records(records: list[dict[str, Any]]):
+    """Columns of a list of objects: every key any object has, in order of appearance."""
+    found = list(dict.fromkeys(k for r in records for k in r))
+    return found, len(records), lambda name: [r.get(name) for r in records], []

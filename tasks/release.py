@@ -14,12 +14,14 @@ import math
 import os
 import shutil
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fdptm.errors import FdptmError
+from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
@@ -28,12 +30,17 @@ from fdptm.storage.artifacts import read_parquet, write_json, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
+from fdptm.tasks.run import calibration_of
 from fdptm.tasks.spec import RunSpec
 from fdptm.tasks.stages import run_batches
 from fdptm.tasks.validation import Check, failed_checks, failing_rows
 from fdptm.version import code_version
 
 TOP_WORDS = 10
+SEEDED = (
+    " as calibrated, but this is a TEST RUN with a fixed seed: anyone who knows the seed can "
+    "remove the noise, so it is NOT differentially private; never publish it"
+)
 
 COVERS = {
     Adjacency.AUTHOR: "any two datasets that differ by one author with all of their documents",
@@ -76,14 +83,20 @@ def top_words(phi: np.ndarray, words: list[str], n: int = TOP_WORDS) -> list[lis
     return [[words[j] for j in row] for row in order]
 
 
-def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.ndarray) -> dict:
-    """The release's manifest; the guarantee is recomputed from the ledger's spends."""
+def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
+    """The release's manifest; the guarantee is recomputed from the ledger's spends.
+
+    It carries the release date, never a time: a start time (or a run id made of one) next
+    to a finishing time would publish the pipeline's run time, which grows with the input.
+    """
     workspace = Workspace.resolve(spec.workspace)
     catalog = Catalog(workspace)
     ledger = Ledger(catalog)
+    calibration = calibration_of(spec)
+    plan = calibration.plan
     entries = catalog.query(
         "SELECT stage, adjacency, epsilon, delta, state, notion, gamma FROM ledger"
-        " WHERE run_id = ?",
+        " WHERE run_id = ? AND stage IN ('vocabulary', 'train')",
         [spec.run_id],
     )
     spent = [e for e in entries if e["state"] == "spent"]
@@ -98,20 +111,22 @@ def build_manifest(spec: RunSpec, plan: BudgetPlan, words: list[str], phi: np.nd
     )
     m1 = plan.stage("vocabulary")
     m2 = plan.stage("train")
-    m2_params = spec.m2_params(m2.epsilon, m2.delta, ledger.default_unit(spec.dataset))
-    m2_guarantee = spec.m2.guarantee(m2_params)
-    su = spec.m1_params(m1.epsilon, m1.delta)
+    m2_params = calibration.m2
+    m2_guarantee = calibration.guarantee
+    su = calibration.m1
     batches = run_batches(spec)
     return {
         "manifest_version": 1,
         "run_id": spec.run_id,
         "dataset": spec.dataset,
-        "released_at": now().isoformat(),
+        "release_date": now().date().isoformat(),
         "guarantee": {
             "notion": guarantee.notion,
             "statement": describe(
                 guarantee.notion, guarantee.epsilon, guarantee.delta, guarantee.gamma
-            ),
+            )
+            + (SEEDED if spec.seed is not None else ""),
+            "seeded": spec.seed is not None,
             "epsilon": guarantee.epsilon,
             "delta": guarantee.delta,
             "gamma": guarantee.gamma,
@@ -252,15 +267,22 @@ def _validate(words: list[str], phi: np.ndarray, manifest: dict, plan: BudgetPla
         raise FdptmError("release validation failed: " + "; ".join(problems))
 
 
-def publish(spec: RunSpec, plan: BudgetPlan, vocab: dict, topic_word: dict) -> Path:
-    """Assemble, validate and publish the release; returns its directory."""
+def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
+    """Assemble, validate and publish the release; returns its directory.
+
+    Idempotent for a resumed run: a release already recorded is returned as it is.
+    """
     workspace = Workspace.resolve(spec.workspace)
     catalog = Catalog(workspace)
+    done = catalog.query("SELECT path FROM releases WHERE run_id = ?", [spec.run_id])
+    if done:
+        return workspace.root / done[0]["path"]
+    plan = calibration_of(spec).plan
     vocab_table = read_parquet(workspace.root / vocab["path"], vocab["sha256"])
     tw_table = read_parquet(workspace.root / topic_word["path"], topic_word["sha256"])
     words = vocab_table.column("word").to_pylist()
     phi = np.stack(tw_table.column("probabilities").to_numpy(zero_copy_only=False))
-    manifest = build_manifest(spec, plan, words, phi)
+    manifest = build_manifest(spec, words, phi)
     _validate(words, phi, manifest, plan)
     staging = workspace.run_dir(spec.run_id) / "release-staging"
     shutil.rmtree(staging, ignore_errors=True)
@@ -273,6 +295,10 @@ def publish(spec: RunSpec, plan: BudgetPlan, vocab: dict, topic_word: dict) -> P
     target = workspace.release_dir(spec.run_id)
     shutil.rmtree(target, ignore_errors=True)  # an earlier attempt of this same run
     os.replace(staging, target)
+    day = datetime.fromisoformat(manifest["release_date"]).replace(tzinfo=UTC).timestamp()
+    for path in [*target.iterdir(), target]:  # file times say the date, not the run time
+        os.utime(path, (day, day))
+    checkpoint("during-release")
     try:
         _register(spec, catalog, workspace, target, files, manifest_sha, manifest)
     except BaseException:

@@ -1,9 +1,17 @@
-"""A release run's lifecycle: validate, plan and reserve; record stages; settle the ledger.
+"""A release run's lifecycle: preflight, plan, calibrate and reserve; record stages; settle.
 
-``prepare`` does everything that can fail on bad input *before* any budget is reserved,
-then plans the budget and reserves all of it in one ledger transaction (refused with exit
-code 3 if the lifetime cap would be exceeded). ``finish`` refunds whatever reservation a
-failed run never used.
+``preflight`` runs every check that needs no private data, calibrates the noise and checks
+the plan against the lifetime cap, *before* Prefect starts (a bad request is refused in
+about a second, and nothing is reserved). ``prepare`` repeats the checks inside the flow,
+takes ownership of the run (``storage.recovery``), stores the calibration with the run and
+reserves the whole budget in one ledger transaction (refused with exit code 3 if the cap
+would be exceeded). ``begin_private_reads`` turns the reservation into a spend right before
+PRE first reads the ingested rows. ``finish`` closes the run; it refunds only a run that
+never read private data.
+
+Calibration happens once per run: ``calibrate`` is memoised within a process (preflight and
+the flow share it), and its result is stored in ``runs.calibration`` and read back by every
+stage, the manifest and ``--resume``.
 
 Adaptive budget for scheduled releases (DESIGN.md section 3): with ``releases_left = n``
 a run asks the ledger what the lifetime cap has left and uses at most 1/n of it (and never
@@ -14,32 +22,48 @@ a concurrent run can make this one refused, never overspend.
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
-import uuid
 from collections.abc import Callable
-from dataclasses import replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from functools import lru_cache
 from typing import Any, TypeVar
 
+from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
+from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.registry import mechanism
-from fdptm.mechanisms.set_union import POLICIES
-from fdptm.privacy.accountant import BudgetPlan, check_delta, check_epsilon, plan_budget
+from fdptm.mechanisms.set_union import POLICIES, SetUnionParams
+from fdptm.privacy.accountant import (
+    BudgetPlan,
+    check_delta,
+    check_epsilon,
+    exact,
+    exact_sum,
+    plan_budget,
+)
 from fdptm.privacy.adjacency import Adjacency, weakest
+from fdptm.request import ReleaseRequest
+from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.ledger import Ledger, remaining
+from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace, check_name
+from fdptm.tasks.bounding import Bounds
+from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.spec import RunSpec
 from fdptm.version import code_version
 
 T = TypeVar("T")
+DP_STAGES = ("vocabulary", "train")
 
 
 def new_run_id(dataset: str) -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{dataset}-{stamp}-{uuid.uuid4().hex[:6]}"
+    """``<dataset>-<16 random hex digits>``: no clock in it (a start time next to a release
+    date would publish the pipeline's run time, a non-DP function of the input size)."""
+    return f"{dataset}-{secrets.token_hex(8)}"
 
 
 def validate(spec: RunSpec) -> None:
@@ -77,52 +101,45 @@ def validate(spec: RunSpec) -> None:
         raise BadInputError(f"seed must be an integer in [0, 2**63), got {spec.seed!r}")
 
 
-def prepare(spec: RunSpec) -> tuple[RunSpec, BudgetPlan]:
-    """Validate, plan and reserve; returns the spec (with its bounding seed) and the plan."""
-    validate(spec)
-    workspace = Workspace.resolve(spec.workspace).require()
-    catalog = Catalog(workspace)
-    if catalog.dataset(spec.dataset) is None:
-        known = [r["name"] for r in catalog.query("SELECT name FROM datasets ORDER BY name")]
-        raise BadInputError(
-            f"no dataset named {spec.dataset!r} in {workspace.root}; known: {known or 'none'}. "
-            "Ingest it first with `fdptm ingest PATH --dataset NAME`"
-        )
-    batches = tuple(b["seq"] for b in catalog.batches(spec.dataset))
-    if not batches:
-        raise BadInputError(f"dataset {spec.dataset!r} has no batches; ingest data first")
-    ledger = Ledger(catalog)
-    docs_are_units = ledger.authors_are_documents(spec.dataset)
+@dataclass(frozen=True)
+class Calibration:
+    """A run's budget plan and calibrated mechanisms, computed once and stored with it.
+
+    ``epsilon`` and ``delta`` are what the run was granted (less than asked under
+    ``releases_left``); ``unit`` is the dataset's privacy unit.
+    """
+
+    epsilon: float
+    delta: float
+    unit: Adjacency
+    plan: BudgetPlan
+    m1: SetUnionParams
+    m2: Any
+    guarantee: Guarantee
+    bounding_seed: int
+    seed: int | None
+
+    def accounting(self) -> dict[str, dict]:
+        return {"train": self.guarantee.to_dict()}
+
+
+@lru_cache(maxsize=32)
+def _calibrated(key: str, unit: str) -> tuple[BudgetPlan, SetUnionParams, Any, Guarantee]:
+    spec = decode(json.loads(key))
+    unit = Adjacency(unit)
+    docs_are_units = unit == Adjacency.DOCUMENT
     m1_adjacency = Adjacency.DOCUMENT if docs_are_units else Adjacency.AUTHOR
-    specs = spec.stage_specs(m1_adjacency)
-    if spec.releases_left is not None:
-        unit = weakest([s.adjacency for s in specs], authors_are_documents=docs_are_units)
-        spec = share_remaining(spec, ledger, unit)
     plan = plan_budget(
         spec.epsilon,
         spec.delta,
-        specs,
+        spec.stage_specs(m1_adjacency),
         authors_are_documents=docs_are_units,
     )
-    guarantee = check_parameters(spec, plan, ledger.default_unit(spec.dataset))
-    bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
-    spec = replace(spec, bounding_seed=bounding_seed, batches=batches)
-    catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())
-    try:
-        ledger.reserve(spec.dataset, spec.run_id, plan, {"train": guarantee.to_dict()})
-    except BaseException as exc:
-        catalog.finish_run(spec.run_id, "refused", str(exc))
-        raise
-    return spec, plan
-
-
-def check_parameters(spec: RunSpec, plan: BudgetPlan, unit: Adjacency) -> Guarantee:
-    """Calibrate M1 and M2 on the plan (BadInputError on bad parameters, before any budget
-    is reserved) and check M2's stated guarantee fits its share; returns that guarantee."""
     m1 = plan.stage("vocabulary")
-    spec.m1_params(m1.epsilon, m1.delta)
+    m1_params = spec.m1_params(m1.epsilon, m1.delta)
     m2 = plan.stage("train")
-    guarantee = spec.m2.guarantee(spec.m2_params(m2.epsilon, m2.delta, unit))
+    m2_params = spec.m2_params(m2.epsilon, m2.delta, unit)
+    guarantee = spec.m2.guarantee(m2_params)
     if (
         guarantee.adjacency != m2.adjacency
         or guarantee.epsilon > m2.epsilon
@@ -133,7 +150,228 @@ def check_parameters(spec: RunSpec, plan: BudgetPlan, unit: Adjacency) -> Guaran
             f"{guarantee.adjacency.value}, its share is ({m2.epsilon}, {m2.delta}) at "
             f"{m2.adjacency.value}"
         )
-    return guarantee
+    return plan, m1_params, m2_params, guarantee
+
+
+def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
+    """Plan the budget and calibrate M1 and M2 for ``spec`` on a dataset of ``unit``.
+
+    Raises BadInputError on parameters a mechanism refuses, before anything is reserved.
+    Memoised on everything the result depends on, so a process calibrates a run once.
+    """
+    public = replace(spec, run_id="", workspace="", bounding_seed=0, seed=None, batches=())
+    try:
+        plan, m1, m2, guarantee = _calibrated(
+            json.dumps(encode(public), sort_keys=True), unit.value
+        )
+    except (ValueError, OverflowError, ZeroDivisionError) as exc:
+        raise BadInputError(
+            f"the noise of this request cannot be calibrated ({type(exc).__name__}: {exc}); "
+            "the budget is out of the range the mechanisms support: ask for a smaller epsilon "
+            "or a larger delta"
+        ) from exc
+    for stage in plan.stages:
+        if (stage.delta == 0 and stage.release_delta > 0) or stage.epsilon <= 0:
+            raise BadInputError(
+                f"the {stage.stage} stage's share of this budget underflows to "
+                f"({stage.epsilon!r}, {stage.delta!r}) after conversion to its own adjacency; "
+                "ask for a smaller epsilon or a larger delta"
+            )
+    return Calibration(
+        spec.epsilon, spec.delta, unit, plan, m1, m2, guarantee, spec.bounding_seed, spec.seed
+    )
+
+
+def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int, ...]]:
+    workspace = catalog.workspace
+    if catalog.dataset(dataset) is None:
+        known = [r["name"] for r in catalog.query("SELECT name FROM datasets ORDER BY name")]
+        raise BadInputError(
+            f"no dataset named {dataset!r} in {workspace.root}; known: {known or 'none'}. "
+            "Ingest it first with `fdptm ingest PATH --dataset NAME`"
+        )
+    batches = tuple(b["seq"] for b in catalog.batches(dataset))
+    if not batches:
+        raise BadInputError(f"dataset {dataset!r} has no batches; ingest data first")
+    return Ledger(catalog), batches
+
+
+def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:
+    unit = ledger.default_unit(spec.dataset)
+    docs_are_units = unit == Adjacency.DOCUMENT
+    if spec.releases_left is not None:
+        m1_adjacency = Adjacency.DOCUMENT if docs_are_units else Adjacency.AUTHOR
+        release_unit = weakest(
+            [s.adjacency for s in spec.stage_specs(m1_adjacency)],
+            authors_are_documents=docs_are_units,
+        )
+        spec = share_remaining(spec, ledger, release_unit)
+    return spec, calibrate(spec, unit)
+
+
+def preflight(request: ReleaseRequest) -> Calibration:
+    """Every check of ``request`` that needs no private data, and the cap, before Prefect.
+
+    Reserves nothing; ``prepare`` checks the cap again atomically when it reserves.
+    """
+    workspace = Workspace.resolve(request.workspace).require()
+    spec = RunSpec.from_request(request, "", str(workspace.root))
+    validate(spec)
+    ledger, _ = _dataset_context(Catalog(workspace), spec.dataset)
+    spec, calibration = _planned(spec, ledger)
+    ledger.check(spec.dataset, calibration.plan, calibration.accounting())
+    return calibration
+
+
+def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
+    """Validate, own, plan, calibrate and reserve a new run of ``request``."""
+    workspace = Workspace.resolve(request.workspace).require()
+    catalog = Catalog(workspace)
+    spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
+    validate(spec)
+    ledger, batches = _dataset_context(catalog, spec.dataset)
+    bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
+    spec = replace(spec, bounding_seed=bounding_seed, batches=batches)
+    recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)
+    spec, calibration = _planned(spec, ledger)
+    owner = recovery.claim(workspace, spec.run_id)
+    try:
+        catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())
+        catalog.execute(
+            "UPDATE runs SET owner = ?, calibration = ? WHERE run_id = ?",
+            [owner, json.dumps(encode(calibration)), spec.run_id],
+        )
+    except BaseException:
+        recovery.release_claim(workspace, spec.run_id)
+        raise
+    try:
+        ledger.reserve(spec.dataset, spec.run_id, calibration.plan, calibration.accounting())
+    except BaseException as exc:
+        catalog.finish_run(spec.run_id, "refused", str(exc))
+        recovery.release_claim(workspace, spec.run_id)
+        raise
+    return spec, calibration
+
+
+@lru_cache(maxsize=64)
+def _stored_calibration(workspace: str, run_id: str) -> Calibration:
+    rows = Catalog(Workspace.resolve(workspace)).query(
+        "SELECT calibration FROM runs WHERE run_id = ?", [run_id]
+    )
+    if not rows or rows[0]["calibration"] is None:
+        raise BadInputError(f"run {run_id} has no stored calibration")
+    return decode(json.loads(rows[0]["calibration"]))
+
+
+def calibration_of(spec: RunSpec) -> Calibration:
+    """The calibration stored with ``spec``'s run (read once per process)."""
+    return _stored_calibration(spec.workspace, spec.run_id)
+
+
+def spec_of(workspace: Workspace, run_id: str) -> RunSpec:
+    """A stored run's ``RunSpec``, seeds included (from its internal calibration record)."""
+    rows = Catalog(workspace).query("SELECT params FROM runs WHERE run_id = ?", [run_id])
+    params = json.loads(rows[0]["params"])
+    params.pop("seeded", None)
+    params["bounds"] = Bounds(**params["bounds"])
+    params["pre"] = PreConfig(**params["pre"])
+    params["batches"] = tuple(params["batches"])
+    calibration = _stored_calibration(str(workspace.root), run_id)
+    return RunSpec(**params, seed=calibration.seed, bounding_seed=calibration.bounding_seed)
+
+
+def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, list[str]]:
+    """A failed release's spec, calibration and lost DP stages; BadInputError otherwise.
+
+    A DP stage is lost when its mechanism started under the stage's current ledger entry
+    (``started_at``: it may have read private data and drawn noise) and stored no output:
+    it must not run again on the same charge.
+    """
+    catalog = Catalog(workspace)
+    rows = catalog.query("SELECT kind, status FROM runs WHERE run_id = ?", [run_id])
+    if not rows or rows[0]["kind"] != "release":
+        raise BadInputError(f"no release run {run_id!r} in {workspace.root}")
+    status = rows[0]["status"]
+    if status == "succeeded":
+        raise BadInputError(f"run {run_id} already succeeded; its release is published")
+    if status == "running":
+        raise BadInputError(f"run {run_id} is still running in a live process")
+    if status != "failed":
+        raise BadInputError(f"run {run_id} was {status}; start a new release instead")
+    entries = {
+        r["stage"]: r
+        for r in catalog.query(
+            "SELECT stage, state, started_at FROM ledger WHERE run_id = ?"
+            " AND stage IN ('vocabulary', 'train')",
+            [run_id],
+        )
+    }
+    if entries.get("vocabulary", {}).get("state") not in ("spent", "reserved"):
+        raise BadInputError(
+            f"run {run_id} never read private data (its reservation was refunded): nothing "
+            "to resume; start a new release with the same parameters"
+        )
+    if entries.get("train", {}).get("state") not in ("spent", "reserved"):
+        raise BadInputError(
+            f"run {run_id} cannot be resumed: M2 was refunded because the DP vocabulary was "
+            "too small; start a new release with more epsilon for M1"
+        )
+    outputs = {"vocabulary": "vocabulary", "train": "topic_word"}
+    lost = [
+        stage
+        for stage in DP_STAGES
+        if entries[stage]["started_at"] is not None
+        and catalog.artifact(f"run/{run_id}/{outputs[stage]}") is None
+    ]
+    spec = spec_of(workspace, run_id)
+    return spec, calibration_of(spec), lost
+
+
+def preflight_resume(workspace: Workspace, run_id: str) -> list[str]:
+    """The checks of ``--resume`` before Prefect starts; the lost stages to re-reserve."""
+    recovery.recover(workspace)
+    spec, calibration, lost = _resumable(workspace, run_id)
+    if lost:
+        plan = replace(calibration.plan, stages=[calibration.plan.stage(s) for s in lost])
+        Ledger(Catalog(workspace)).check(spec.dataset, plan, calibration.accounting())
+    return lost
+
+
+def prepare_resume(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, list[str]]:
+    """Own failed run ``run_id`` again and reserve its lost DP stages anew.
+
+    Stored outputs are reused by the stages; a lost stage's earlier entry stays spent and
+    a new one is reserved (refused with exit code 3 if the cap cannot cover it).
+    """
+    recovery.recover(workspace)
+    owner = recovery.claim(workspace, run_id)
+    try:
+        spec, calibration, lost = _resumable(workspace, run_id)
+        catalog = Catalog(workspace)
+        ledger = Ledger(catalog)
+        with catalog.transaction() as con:
+            for stage in lost:
+                ledger.replace_lost(
+                    con,
+                    spec.dataset,
+                    run_id,
+                    calibration.plan.stage(stage),
+                    calibration.accounting(),
+                )
+            con.execute(
+                "UPDATE runs SET status = 'running', owner = ?, finished_at = NULL, error = NULL"
+                " WHERE run_id = ?",
+                [owner, run_id],
+            )
+    except BaseException:
+        recovery.release_claim(workspace, run_id)
+        raise
+    return spec, calibration, lost
+
+
+def begin_private_reads(spec: RunSpec) -> None:
+    """The run is about to read ingested rows: spend its whole reservation first."""
+    Ledger(Catalog(Workspace.resolve(spec.workspace))).commit(spec.run_id)
 
 
 def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:
@@ -149,16 +387,30 @@ def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:
             f"this run's release is {unit.value}-level but the cap is stated at "
             f"{cap.unit.value} level; releases_left needs the cap at the release's unit"
         )
-    eps_left, delta_left = remaining(cap, ledger.lifetime(spec.dataset, cap.unit))
+    life = ledger.lifetime(spec.dataset, cap.unit)
+    eps_left = exact(cap.epsilon) - exact_sum(c.epsilon_out for c in life.conversions)
+    delta_left = exact(cap.delta) - exact_sum(c.delta_out for c in life.conversions)
     if eps_left <= 0 or delta_left <= 0:
         raise BudgetRefusedError(
             f"the lifetime cap of dataset {spec.dataset!r} is used up (remaining "
-            f"epsilon={eps_left:.6g}, delta={delta_left:.6g}); no further release fits"
+            f"epsilon={float(max(eps_left, 0))!r}, delta={float(max(delta_left, 0))!r}); "
+            "no further release fits"
         )
     n = spec.releases_left
     return replace(
-        spec, epsilon=min(spec.epsilon, eps_left / n), delta=min(spec.delta, delta_left / n)
+        spec,
+        epsilon=min(spec.epsilon, _at_most(eps_left / n)),
+        delta=min(spec.delta, _at_most(delta_left / n)),
     )
+
+
+def _at_most(value: Decimal) -> float:
+    """The largest float whose exact decimal does not exceed ``value`` (so a plan of n
+    shares of what remains always fits: rounding to nearest could overshoot by an ulp)."""
+    out = float(value)
+    while exact(out) > value:
+        out = math.nextafter(out, 0.0)
+    return out
 
 
 def run_stage(spec: RunSpec, stage: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -171,18 +423,25 @@ def run_stage(spec: RunSpec, stage: str, fn: Callable[..., T], *args: Any, **kw:
         catalog.finish_stage(spec.run_id, stage, "failed", f"{type(exc).__name__}: {exc}")
         raise
     catalog.finish_stage(spec.run_id, stage, "succeeded")
+    checkpoint(f"after-{stage}")
     return out
 
 
 def finish(spec: RunSpec, error: BaseException | None = None) -> None:
-    """Close the run; refund reservations of stages that never ran."""
-    catalog = Catalog(Workspace.resolve(spec.workspace))
+    """Close the run and give up its ownership.
+
+    Entries still ``reserved`` belong to a run that failed before it read private data
+    and are refunded; spent entries stay spent (see ``storage.ledger``).
+    """
+    workspace = Workspace.resolve(spec.workspace)
+    catalog = Catalog(workspace)
     ledger = Ledger(catalog)
     for row in catalog.query(
         "SELECT entry_id FROM ledger WHERE run_id = ? AND state = 'reserved'", [spec.run_id]
     ):
-        ledger.refund(row["entry_id"], "stage never ran: the run failed before it")
+        ledger.refund(row["entry_id"], "refunded: the run failed before it read private data")
     if error is None:
         catalog.finish_run(spec.run_id, "succeeded")
     else:
         catalog.finish_run(spec.run_id, "failed", f"{type(error).__name__}: {error}")
+    recovery.release_claim(workspace, spec.run_id)

@@ -1,4 +1,10 @@
-"""The parameters of one release run, shared by every stage."""
+"""The parameters of one release run, shared by every stage.
+
+``RunSpec`` is a ``ReleaseRequest`` (the one definition of a release's parameters, in
+``fdptm.request``) made concrete for one run: its id, its resolved workspace, the batches
+it reads, the keyed-hash seed of contribution bounding and the fixed settings a user does
+not choose. Its defaults are the request's, read from the model.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM, Mechanism, mechanism
+from fdptm.mechanisms.registry import Mechanism, mechanism
 from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
+from fdptm.request import ReleaseRequest
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 
 STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3}
+
+
+def _default(name: str) -> Any:
+    return ReleaseRequest.model_fields[name].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)
@@ -27,23 +38,49 @@ class RunSpec:
     epsilon: float
     delta: float
     topics: int
-    iterations: int = 100
-    mechanism: str = DEFAULT_MECHANISM
-    seed: int | None = None
+    iterations: int = _default("iterations")
+    mechanism: str = _default("mechanism")
+    seed: int | None = _default("seed")
     bounding_seed: int = 0
-    set_union_policy: str = "weighted"
+    set_union_policy: str = _default("set_union_policy")
     set_union_alpha: float = 3.0
     max_items_per_author: int = 50
-    m1_fraction: float = 0.25
+    m1_fraction: float = _default("m1_fraction")
     lda_alpha: float = 1.0
     lda_beta: float = 0.01
     m2_options: dict[str, Any] = field(default_factory=dict)
-    allow_unproven: bool = False
-    baseline: bool = False
-    releases_left: int | None = None
+    allow_unproven: bool = _default("allow_unproven")
+    baseline: bool = _default("baseline")
+    releases_left: int | None = _default("releases_left")
     batches: tuple[int, ...] = ()
-    bounds: Bounds = field(default_factory=Bounds)
+    bounds: Bounds = field(
+        default_factory=lambda: Bounds(
+            _default("max_docs_per_author"), _default("max_tokens_per_doc")
+        )
+    )
     pre: PreConfig = field(default_factory=PreConfig)
+
+    @classmethod
+    def from_request(cls, request: ReleaseRequest, run_id: str, workspace: str) -> RunSpec:
+        """The run of ``request`` with id ``run_id`` in the (resolved) ``workspace``."""
+        return cls(
+            run_id=run_id,
+            workspace=workspace,
+            dataset=request.dataset,
+            epsilon=request.epsilon,
+            delta=request.delta,
+            topics=request.topics,
+            iterations=request.iterations,
+            mechanism=request.mechanism,
+            seed=request.seed,
+            set_union_policy=request.set_union_policy,
+            m1_fraction=request.m1_fraction,
+            m2_options=dict(request.m2_options),
+            allow_unproven=request.allow_unproven,
+            baseline=request.baseline,
+            releases_left=request.releases_left,
+            bounds=Bounds(request.max_docs_per_author, request.max_tokens_per_doc),
+        )
 
     @property
     def root(self) -> Path:

@@ -2,28 +2,35 @@
 
 Each stage takes the run's ``RunSpec`` and the catalog rows of its input artifacts and
 returns the catalog row of its output, so stages exchange files (with producer run and
-sha256), never Python objects. The two DP stages charge the ledger with ``charged``:
-the stage's reservation (made for the whole run before any stage ran) is spent as soon as
-the stage touches private data, and refunded if it fails before that.
+sha256), never Python objects. Parameters come from the calibration stored with the run
+(``fdptm.tasks.run.calibration_of``). The run's budget is spent before PRE first reads the
+ingested rows (``begin_private_reads``). A DP stage marks its spent entry as used right
+before its mechanism runs, and refuses an entry already used: a mechanism never runs twice
+on one charge, whatever retries or re-runs happen around it.
+
+Every stage first looks for its own output of an earlier attempt of the same run (a run
+resumed with ``fdptm release --resume``): a stored output whose hash matches is reused, so
+a DP stage whose output exists never runs twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from fdptm.errors import BadInputError
+from fdptm.errors import BadInputError, FdptmError
+from fdptm.faults import checkpoint
 from fdptm.mechanisms.lda import train_cgs
 from fdptm.privacy.noise import NoiseSource
-from fdptm.storage.artifacts import read_parquet, write_parquet
+from fdptm.storage.artifacts import file_sha256, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.bounding import bound_contributions
 from fdptm.tasks.preprocess import preprocess_batch, read_tokens
+from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
 from fdptm.tasks.vocabulary import select_vocabulary, vocabulary_table
@@ -50,40 +57,32 @@ def load(spec: RunSpec, artifact: dict) -> pa.Table:
     return read_parquet(workspace.root / artifact["path"], artifact["sha256"])
 
 
-@contextmanager
-def charged(spec: RunSpec, stage: str) -> Iterator[Callable[[], None]]:
-    """Charge the stage's reservation: spent from the first read of private data on.
+def stored(spec: RunSpec, name: str, *, dp_output: bool = False) -> dict | None:
+    """This run's artifact ``name`` from an earlier attempt, if its file is intact.
 
-    The block calls the yielded ``touch()`` right before it first reads private data;
-    ``touch`` records the spend in the ledger *before* returning, so no read can happen
-    while the entry is still refundable. A block that fails before ``touch`` refunds.
+    A damaged internal artifact is recomputed (None). A damaged DP output is an error: the
+    mechanism must never run twice on one charge.
     """
+    workspace, catalog = _env(spec)
+    row = catalog.artifact(f"run/{spec.run_id}/{name}")
+    if row is None:
+        return None
+    path = workspace.root / row["path"]
+    if path.exists() and file_sha256(path) == row["sha256"]:
+        return row
+    if dp_output:
+        raise FdptmError(
+            f"{path} (the DP output of run {spec.run_id}) is missing or damaged; its budget "
+            "is spent and the mechanism cannot run again on it. Restore the file from a "
+            "backup, or start a new release."
+        )
+    return None
+
+
+def start_mechanism(spec: RunSpec, stage: str) -> None:
+    """A DP stage runs only under a spent entry of its run that no earlier attempt used."""
     _, catalog = _env(spec)
-    ledger = Ledger(catalog)
-    rows = catalog.query(
-        "SELECT entry_id, state FROM ledger WHERE run_id = ? AND stage = ?", [spec.run_id, stage]
-    )
-    if len(rows) != 1 or rows[0]["state"] != "reserved":
-        raise RuntimeError(f"stage {stage} of run {spec.run_id} has no open reservation")
-    entry = rows[0]["entry_id"]
-    touched = False
-
-    def touch() -> None:
-        nonlocal touched
-        ledger.spend(entry, "mechanism read private data")
-        touched = True
-
-    try:
-        yield touch
-    except BaseException as exc:
-        if touched:
-            ledger.spend(entry, f"stage failed after reading private data: {type(exc).__name__}")
-        else:
-            ledger.refund(entry, f"stage failed before reading private data: {exc}")
-        raise
-    if not touched:
-        ledger.refund(entry, "stage finished without reading private data")
-        raise RuntimeError(f"stage {stage} finished without declaring that it read data")
+    Ledger(catalog).start_mechanism(spec.run_id, stage)
 
 
 def run_batches(spec: RunSpec) -> list[dict]:
@@ -99,15 +98,48 @@ def run_batches(spec: RunSpec) -> list[dict]:
     return [rows[seq] for seq in spec.batches]
 
 
+def operator_counts(spec: RunSpec) -> dict[str, int]:
+    """Documents and authors the run read and what contribution bounding dropped.
+
+    For the operator only (internal, NOT DP): printed by the CLI, never released.
+    """
+    read = documents(spec)
+    bounded = stored(spec, "bounded_tokens")
+    if bounded is None:
+        return {"documents": read}
+    authors = load(spec, bounded).column("author_id")
+    return {
+        "documents": read,
+        "kept": bounded["n_rows"],
+        "dropped": read - bounded["n_rows"],
+        "authors": len(authors.unique()),
+    }
+
+
 def documents(spec: RunSpec) -> int:
     """How many documents the run covers (for progress bars; internal only)."""
     return sum(b["n_rows"] for b in run_batches(spec))
 
 
-def preprocess(spec: RunSpec, progress: Progress = None) -> list[dict]:
-    """PRE over the run's batches (cached per batch and PRE configuration)."""
+def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) -> list[dict]:
+    """PRE over the run's batches (cached per batch and PRE configuration).
+
+    The first read of private data: the run's reservation is spent right before it, after a
+    check that the batch files are intact (their hashes, which do not depend on what the
+    rows say once ingest accepted them).
+    """
     workspace, catalog = _env(spec)
     batches = run_batches(spec)
+    for b in batches:  # integrity (not content): a damaged batch stops the run unspent
+        path = workspace.root / b["path"]
+        if not path.exists() or file_sha256(path) != b["sha256"]:
+            raise BadInputError(
+                f"batch {b['seq']} of dataset {spec.dataset!r} ({path}) does not match the "
+                "hash recorded in the catalog: it was changed or corrupted after ingest. "
+                "Restore it from a backup; the run stopped before reading it."
+            )
+    if spend:  # an internal, uncharged run (``fdptm compare``) has nothing to spend
+        begin_private_reads(spec)
     return [
         preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress) for b in batches
     ]
@@ -115,69 +147,84 @@ def preprocess(spec: RunSpec, progress: Progress = None) -> list[dict]:
 
 def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
     """Contribution bounding of all the dataset's tokens (internal artifact)."""
+    if done := stored(spec, "bounded_tokens"):
+        return done
     workspace, _ = _env(spec)
     tokens = read_tokens(workspace, token_artifacts)
     bounded = bound_contributions(tokens, spec.bounds, spec.bounding_seed)
     return _save(spec, "bounding", "bounded_tokens", bounded, "internal")
 
 
-def vocabulary(spec: RunSpec, bounded: dict, epsilon: float, delta: float) -> dict:
-    """M1: DP set union at (epsilon, delta); the vocabulary is a DP output."""
-    params = spec.m1_params(epsilon, delta)
+def vocabulary(spec: RunSpec, bounded: dict) -> dict:
+    """M1: DP set union at the run's calibrated M1 budget; the vocabulary is a DP output."""
+    if done := stored(spec, "vocabulary", dp_output=True):
+        return done
+    params = calibration_of(spec).m1
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
-    with charged(spec, "vocabulary") as touch:
-        touch()
-        words = select_vocabulary(load(spec, bounded), params, noise)
+    start_mechanism(spec, "vocabulary")
+    checkpoint("during-vocabulary")
+    words = select_vocabulary(load(spec, bounded), params, noise)
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
 
 
 def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
-    """SAN: words outside the DP vocabulary become the OOV id (internal artifact)."""
+    """SAN: words outside the DP vocabulary become the OOV id (internal artifact).
+
+    A DP vocabulary too small to train on refunds M2: that decision is post-processing of
+    M1's DP output, so the refund reveals nothing more about the data.
+    """
     words = load(spec, vocab).column("word").to_pylist()
-    if not words:
-        raise BadInputError(
-            "DP vocabulary selection released no word, so there is nothing to train on; "
-            "M1's budget is spent. Ingest more data or give M1 more epsilon (--m1-fraction)."
-        )
     if len(words) < spec.topics:
-        raise BadInputError(
-            f"the DP vocabulary has {len(words)} words, fewer than the {spec.topics} topics "
-            "asked for; M1's budget is spent and M2 did not run. Ask for fewer topics."
+        _, catalog = _env(spec)
+        Ledger(catalog).refund_unused(
+            spec.run_id,
+            "train",
+            f"refunded: M2 did not run, the DP vocabulary has {len(words)} words "
+            f"(< {spec.topics} topics)",
         )
+        found = "no word" if not words else f"{len(words)} words"
+        raise BadInputError(
+            f"the DP vocabulary has {found}, fewer than the {spec.topics} topics asked for; "
+            "M1's budget is spent, M2 did not run and its budget was refunded. Give M1 more "
+            "epsilon (a larger --epsilon, or a larger --m1-fraction), ingest more data, or "
+            "ask for fewer --topics."
+        )
+    if done := stored(spec, "sanitized_tokens"):
+        return done
     table = sanitize(load(spec, bounded), words)
     return _save(spec, "sanitize", "sanitized_tokens", table, "internal")
 
 
-def train(
-    spec: RunSpec,
-    san: dict,
-    vocab: dict,
-    epsilon: float,
-    delta: float,
-    progress: Progress = None,
-) -> dict:
-    """M2: the run's mechanism at its native (epsilon, delta); the matrix is a DP output."""
-    _, catalog = _env(spec)
+def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
+    """M2: the run's mechanism at its calibrated budget; the matrix is a DP output."""
+    if done := stored(spec, "topic_word", dp_output=True):
+        return done
     n_words = load(spec, vocab).num_rows
-    params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
+    params = calibration_of(spec).m2
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"])
-    with charged(spec, "train") as touch:
+    try:
         spec.m2.check_public(params, n_words + 1)  # V (public) and SAN's OOV column
-        touch()
-        corpus = corpus_of(load(spec, san), n_words)
-        phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)
+    except BadInputError as exc:  # decided by the DP vocabulary's size: post-processing
+        _, catalog = _env(spec)
+        Ledger(catalog).refund_unused(
+            spec.run_id, "train", f"refunded: M2 refused the DP vocabulary's size: {exc}"
+        )
+        raise
+    start_mechanism(spec, "train")
+    corpus = corpus_of(load(spec, san), n_words)
+    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)
     return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
 
 
-def progress_total(spec: RunSpec, epsilon: float, delta: float) -> int:
+def progress_total(spec: RunSpec) -> int:
     """How many progress steps M2 will report: its ``progress_total`` or one per iteration."""
-    _, catalog = _env(spec)
-    params = spec.m2_params(epsilon, delta, Ledger(catalog).default_unit(spec.dataset))
-    return getattr(params, "progress_total", spec.iterations)
+    return getattr(calibration_of(spec).m2, "progress_total", spec.iterations)
 
 
 def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
     """Non-private CGS on the same sanitized corpus: an internal baseline, NOT DP."""
+    if done := stored(spec, "baseline_topic_word"):
+        return done
     n_words = load(spec, vocab).num_rows
     corpus = corpus_of(load(spec, san), n_words)
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["baseline"])

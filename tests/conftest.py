@@ -12,6 +12,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 # Prefect's INFO chatter (task and flow states) out of the test output; warnings still show.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Prefect's temporary API servers (the harness's, and the CLI's in subprocess tests) wait 20 s
+# to start by default; a busy CI machine can need more.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 # Import prefect.main (which sets up Prefect's console log handler) now, while sys.stderr is
 # pytest's session-wide capture stream: set up first inside a test that uses capsys, the handler
@@ -28,7 +31,7 @@ def prefect_harness():
     """A real, temporary Prefect API for flow runs (prefect_test_harness)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=180):
         yield
 
 

@@ -87,13 +87,20 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
 
 def test_audited_release_flow_releases_then_audits(tmp_path, pheme_raw):
     from fdptm.flows.audit import audited_release
+    from fdptm.request import ReleaseRequest
     from fdptm.storage.workspace import Workspace
 
     workspace = Workspace.resolve(tmp_path / "ws")
     ingest(pheme_raw, "pheme", workspace)
-    out = audited_release(
-        "pheme", 5.0, 1e-5, 5, iterations=5, workspace=str(workspace.root), shadows=2
+    request = ReleaseRequest(
+        dataset="pheme",
+        epsilon=5.0,
+        delta=1e-5,
+        topics=5,
+        iterations=5,
+        workspace=str(workspace.root),
     )
+    out = audited_release(request, shadows=2)
     assert out["audit"]["run_id"] == out["release"]["run_id"]
     assert out["audit"]["verdict"] == "passed"  # a failed audit raises instead
     assert (workspace.root / "releases" / out["release"]["run_id"] / "manifest.json").exists()

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from fdptm.deployments.scheduled_release import WEEKLY, build, from_args
+from fdptm.request import ReleaseRequest
 
 
-def test_weekly_deployment_carries_schedule_and_parameters():
-    dep = build("pheme", 400.0, 1e-5, 5, workspace="/srv/ws")
+def test_weekly_deployment_carries_schedule_and_the_whole_request():
+    request = ReleaseRequest(
+        dataset="pheme", epsilon=400.0, delta=1e-5, topics=5, workspace="/srv/ws"
+    )
+    dep = build(request)
     assert dep.name == "weekly-release"
     assert dep.flow_name == "release"
     (schedule,) = dep.schedules
     assert schedule.schedule.cron == WEEKLY
-    assert dep.parameters == {
-        "dataset": "pheme",
-        "epsilon": 400.0,
-        "delta": 1e-5,
-        "topics": 5,
-        "iterations": 20,
-        "mechanism": "dp-vi",
-        "workspace": "/srv/ws",
-        "releases_left": None,
-    }
+    assert dep.parameters == {"request": request.model_dump(mode="json")}
+    assert ReleaseRequest(**dep.parameters["request"]) == request
 
 
 def test_command_line_passes_every_parameter():
@@ -44,7 +40,8 @@ def test_command_line_passes_every_parameter():
     )
     assert dep.name == "monthly"
     assert dep.schedules[0].schedule.cron == "0 0 1 * *"
-    assert dep.parameters["releases_left"] == 12 and dep.parameters["epsilon"] == 400.0
+    request = dep.parameters["request"]
+    assert request["releases_left"] == 12 and request["epsilon"] == 400.0
 
 
 def test_audited_release_deployment_is_monthly_with_its_audit_parameters():
@@ -55,4 +52,4 @@ def test_audited_release_deployment_is_monthly_with_its_audit_parameters():
     dep = audited_from_args([*args, "--shadows", "32"])
     assert dep.name == "monthly-audited-release" and dep.flow_name == "audited-release"
     assert dep.schedules[0].schedule.cron == MONTHLY
-    assert dep.parameters["shadows"] == 32 and dep.parameters["mechanism"] == "dp-vi"
+    assert dep.parameters["shadows"] == 32 and dep.parameters["request"]["mechanism"] == "dp-vi"

@@ -10,7 +10,7 @@ import pytest
 
 from fdptm.errors import BadInputError
 from fdptm.storage.catalog import Catalog
-from fdptm.tasks.ingest import ingest
+from fdptm.tasks.ingest import DOCUMENT_UNIT_PREFIX, NOT_UNIQUE, ingest
 
 
 def _rows(workspace, dataset="d"):
@@ -25,7 +25,8 @@ def test_pheme_json(workspace, pheme_raw):
     assert table.column_names == ["doc_id", "text", "author_id", "ts"]
     ids = table.column("doc_id").to_pylist()
     assert len(set(ids)) == 5802
-    assert table.column("author_id").to_pylist() == ids  # each document its own unit
+    # each document its own unit, keyed in a namespace no real author id may use
+    assert table.column("author_id").to_pylist() == [DOCUMENT_UNIT_PREFIX + i for i in ids]
     batch = Catalog(workspace).batches("pheme")[0]
     assert batch["has_author_ids"] is False and len(batch["sha256"]) == 64
     assert Catalog(workspace).dataset("pheme")["unit"] == "document"
@@ -33,22 +34,24 @@ def test_pheme_json(workspace, pheme_raw):
 
 def test_reingesting_the_same_file_is_caught(workspace, pheme_raw):
     ingest(pheme_raw, "pheme", workspace)
-    with pytest.raises(BadInputError, match="already in the dataset"):
+    with pytest.raises(BadInputError, match="already ingested as batch 1 of dataset 'pheme'"):
         ingest(pheme_raw, "pheme", workspace)
     assert len(Catalog(workspace).batches("pheme")) == 1
 
 
-def test_derived_ids_are_deterministic_and_distinguish_repeats(tmp_path, workspace):
+def test_derived_ids_are_keyed_per_workspace_and_distinguish_repeats(tmp_path, workspace):
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"text": ["same words here", "same words here", "other"]}))
     ingest(path, "d", workspace)
     ids = _rows(workspace)[0].column("doc_id").to_pylist()
     assert len(set(ids)) == 3
-    again = tmp_path / "ws2"
+    ingest(path, "e", workspace)
+    assert _rows(workspace, "e")[0].column("doc_id").to_pylist() == ids
     from fdptm.storage.workspace import Workspace
 
-    ingest(path, "d", Workspace.resolve(again))
-    assert _rows(Workspace.resolve(again))[0].column("doc_id").to_pylist() == ids
+    other = Workspace.resolve(tmp_path / "ws2")
+    ingest(path, "d", other)
+    assert not set(_rows(other)[0].column("doc_id").to_pylist()) & set(ids)
 
 
 def test_all_formats(tmp_path, workspace):
@@ -73,16 +76,26 @@ def test_all_formats(tmp_path, workspace):
     )
     (tmp_path / "r.json").write_text(json.dumps([{"text": "listed object", "author_id": 7}]))
     (tmp_path / "r.txt").write_text("first line doc\nsecond line doc\n")
+    # files with authors go to an author-level dataset, files without to a document-level one
     counts = [
-        ingest(tmp_path / f"r.{ext}", "d", workspace).n_rows
-        for ext in ("jsonl", "csv", "parquet", "json", "txt")
+        ingest(tmp_path / f"r.{ext}", dataset, workspace).n_rows
+        for ext, dataset in (
+            ("jsonl", "d"),
+            ("csv", "d"),
+            ("json", "d"),
+            ("parquet", "plain"),
+            ("txt", "plain"),
+        )
     ]
-    assert counts == [2, 2, 2, 1, 2]
+    assert counts == [2, 2, 1, 2, 2]
     tables = _rows(workspace)
     assert tables[0].column("ts").to_pylist()[0].isoformat() == "2024-01-02T03:04:05+00:00"
     assert tables[0].column("author_id").to_pylist() == ["u1", "u2"]
-    assert tables[3].column("author_id").to_pylist() == ["7"]
+    assert tables[2].column("author_id").to_pylist() == ["7"]
     assert Catalog(workspace).batches("d")[0]["has_author_ids"] is True
+    plain = _rows(workspace, "plain")
+    assert plain[0].column("doc_id").to_pylist() == ["p1", "p2"]
+    assert Catalog(workspace).batches("plain")[0]["has_author_ids"] is False
 
 
 def test_bad_rows_are_reported_with_reasons_not_dropped(tmp_path, workspace):
@@ -97,15 +110,17 @@ def test_bad_rows_are_reported_with_reasons_not_dropped(tmp_path, workspace):
         {"doc_id": None, "text": "no id"},
         {"doc_id": "f", "text": None},
     ]
+    # one author's: a repeated id is rejected only within one author (at document level
+    # every row is its own unit, and a repeated id refuses the whole file)
     path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows))
+    path.write_text("\n".join(json.dumps({**r, "author_id": "u1"}) for r in rows))
     result = ingest(path, "d", workspace, max_text_chars=100)
     assert (result.n_rows, result.n_rejected) == (1, 8)
     rejects = pq.read_table(result.rejects_path).to_pylist()
     reasons = {r["row"]: r["reason"] for r in rejects}
     assert reasons == {
-        2: "doc_id is not unique in this file",
-        3: "doc_id is not unique in this file",
+        2: NOT_UNIQUE,
+        3: NOT_UNIQUE,
         4: "text is empty or whitespace only",
         5: "text is not a string (got int)",
         6: "ts is not an ISO 8601 timestamp or epoch seconds",
@@ -153,17 +168,26 @@ def test_missing_file_and_bad_dataset_name(tmp_path, workspace):
 
 def test_privacy_unit_is_declared_not_inferred_from_rows(tmp_path, workspace):
     with_ids = tmp_path / "a.jsonl"
-    with_ids.write_text(json.dumps({"text": "some text here", "author_id": None}) + "\n")
+    with_ids.write_text(
+        json.dumps({"text": "some text here", "author_id": "u1"})
+        + "\n"
+        + json.dumps({"text": "an author-less row", "author_id": None})
+        + "\n"
+    )
     plain = tmp_path / "b.json"
     plain.write_text(json.dumps({"text": ["more text here"]}))
     ingest(plain, "docs", workspace)
     assert Catalog(workspace).dataset("docs")["unit"] == "document"
-    with pytest.raises(BadInputError, match=r"document-level .* has an author_id column"):
+    with pytest.raises(BadInputError, match=r"document-level .* has an author column"):
         ingest(with_ids, "docs", workspace)
     with pytest.raises(BadInputError, match="unit never changes"):
         ingest(plain, "docs", workspace, unit="author")
-    # an author_id column makes a new dataset author-level even if every id is null
-    ingest(with_ids, "people", workspace)
+    # an author_id column makes a new dataset author-level, whatever its rows hold; a row
+    # without an author is rejected there, never made an author of its own
+    result = ingest(with_ids, "people", workspace)
     assert Catalog(workspace).dataset("people")["unit"] == "author"
-    ingest(plain, "declared", workspace, unit="author")
-    assert Catalog(workspace).dataset("declared")["unit"] == "author"
+    assert (result.n_rows, result.n_rejected) == (1, 1)
+    # no author column: no author-level dataset, and a refused ingest creates no dataset
+    with pytest.raises(BadInputError, match="no author column"):
+        ingest(plain, "declared", workspace, unit="author")
+    assert Catalog(workspace).dataset("declared") is None

@@ -54,7 +54,7 @@ def test_cap_refuses_before_anything_is_reserved(workspace):
     ledger.set_cap("d", 3.0, 1e-4)
     ledger.reserve("d", "run1", _plan(2.0))
     with pytest.raises(
-        BudgetRefusedError, match=r"has only epsilon=1, delta=9e-05 remaining"
+        BudgetRefusedError, match=r"has only epsilon=1, delta=0.00009 remaining"
     ) as err:
         ledger.reserve("d", "run2", _plan(2.0))
     assert err.value.exit_code == 3
@@ -128,3 +128,104 @@ def test_a_damaged_secret_key_is_refused(workspace):
     (workspace.root / "secret.key").write_text("")
     with pytest.raises(FdptmError, match="not a 32-byte hex key"):
         workspace.commitment("ab" * 32)
+
+
+def test_exact_budget_arithmetic_fits_five_releases_into_their_cap(workspace):
+    """(10, 5e-5) holds exactly five runs of (2, 1e-5); the sixth is refused with a message
+    whose figures agree (float sums refused the fifth, saying 2 was needed and 2 remained)."""
+    ledger = _dataset(workspace)
+    ledger.set_cap("d", 10.0, 5e-5)
+    for i in range(5):
+        ledger.reserve("d", f"run{i}", _plan(2.0, 1e-5))
+    life = ledger.lifetime("d", D)
+    assert (life.epsilon, life.delta) == (10.0, 5e-5)
+    with pytest.raises(BudgetRefusedError) as err:
+        ledger.reserve("d", "run5", _plan(2.0, 1e-5))
+    message = str(err.value)
+    assert "needs epsilon=2, delta=0.00001" in message
+    assert "has only epsilon=0, delta=0 remaining" in message
+
+
+@pytest.mark.parametrize("delta", [1e-5, 3e-7, 1e-9, 0.1])
+@pytest.mark.parametrize("m2", [D, W])
+def test_stated_totals_never_exceed_what_was_asked(delta, m2):
+    """Shares and group-of-two inversions are rounded down: composing the plan's native
+    budgets back never gives more than the request (was 1.0000000000000052e-05)."""
+    from fdptm.privacy.accountant import compose, exact, exact_sum
+
+    for eps in (0.3, 1.0, 2.7, 3.0, 10.0 / 3.0):
+        plan = _plan(eps, delta, m2)
+        spends = [(s.epsilon, s.delta, s.adjacency) for s in plan.stages]
+        total = compose(spends, plan.unit, authors_are_documents=True)
+        exact_eps = exact_sum(c.epsilon_out for c in total.conversions)
+        exact_delta = exact_sum(c.delta_out for c in total.conversions)
+        assert exact_eps <= exact(eps) and exact_delta <= exact(delta)
+        assert total.epsilon <= eps and total.delta <= delta
+        assert total.epsilon == pytest.approx(eps, rel=1e-12)
+        assert total.delta == pytest.approx(delta, rel=1e-12)
+
+
+def test_a_mechanism_starts_once_per_charge_and_a_started_stage_is_never_refunded(workspace):
+    from fdptm.errors import FdptmError
+
+    ledger = _dataset(workspace)
+    ledger.reserve("d", "run1", _plan(2.0))
+    ledger.commit("run1")
+    ledger.start_mechanism("run1", "vocabulary")
+    with pytest.raises(FdptmError, match="never runs twice on one charge"):
+        ledger.start_mechanism("run1", "vocabulary")  # a retry of M1 on the same charge
+    ledger.refund_unused("run1", "vocabulary", "must not happen: M1 ran")
+    ledger.refund_unused("run1", "train", "post-processing: M2 never started")
+    states = {e["stage"]: e["state"] for e in ledger.entries("d")}
+    assert states == {"vocabulary": "spent", "train": "refunded"}
+
+
+def test_commit_refuses_a_run_whose_reservation_is_gone(workspace):
+    from fdptm.errors import FdptmError
+
+    ledger = _dataset(workspace)
+    ids = ledger.reserve("d", "run1", _plan(2.0))
+    ledger.refund(ids["train"], "closed as dead by mistake")
+    with pytest.raises(FdptmError, match="must not read private data"):
+        ledger.commit("run1")
+
+
+def test_releases_left_plans_always_fit_their_cap(workspace):
+    """n shares of what remains are rounded down, never to nearest: the last release of a
+    plan fits (rounding to nearest refused it about one time in three)."""
+    from fdptm.tasks import run as lifecycle
+    from fdptm.tasks.spec import RunSpec
+
+    ledger = _dataset(workspace)
+    ledger.set_cap("d", 4.0, 3e-5)
+    for n in (3, 2, 1):
+        spec = RunSpec(
+            run_id=f"r{n}",
+            workspace=str(workspace.root),
+            dataset="d",
+            epsilon=100.0,
+            delta=0.5,
+            topics=3,
+            mechanism="topicdp-laplace",
+            m1_fraction=0.33,
+            releases_left=n,
+        )
+        spec = lifecycle.share_remaining(spec, ledger, D)
+        calibration = lifecycle.calibrate(spec, D)
+        ledger.reserve("d", f"r{n}", calibration.plan, calibration.accounting())
+    life = ledger.lifetime("d", D)
+    assert life.epsilon <= 4.0 and life.epsilon == pytest.approx(4.0, rel=1e-12)
+
+
+def test_a_random_dp_spend_against_a_cap_at_another_unit_is_refused_not_a_crash(workspace):
+    from fdptm.mechanisms.guarantee import RANDOM_DP
+
+    ledger = _dataset(workspace)
+    ledger.set_cap("d", 100.0, 1e-3, W)
+    specs = [
+        StageSpec("vocabulary", "dp-set-union/weighted", D, True, 0.25),
+        StageSpec("train", "topicdp", D, True, 0.75, RANDOM_DP),
+    ]
+    plan = plan_budget(2.0, 1e-5, specs, authors_are_documents=True)
+    with pytest.raises(BudgetRefusedError, match="State the cap at the dataset's own unit"):
+        ledger.reserve("d", "run1", plan, {"train": {"gamma": 0.1}})

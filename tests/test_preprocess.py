@@ -1,14 +1,25 @@
-"""PRE: the paper's rules, no downloads, and stability (FDPTM Definition F.1)."""
+"""PRE: the paper's rules, no downloads, stability (FDPTM Definition F.1), and its cache."""
 
 from __future__ import annotations
 
 import string
 
 import nltk
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fdptm.tasks.preprocess import PreConfig, preprocess_texts
+from fdptm.errors import BadInputError
+from fdptm.storage.artifacts import file_sha256
+from fdptm.tasks.preprocess import (
+    TOKENS_SCHEMA,
+    PreConfig,
+    preprocess_batch,
+    preprocess_texts,
+    read_tokens,
+)
 from fdptm.text import stop_words
 
 TWEET = (
@@ -72,3 +83,44 @@ def test_a_documents_tokens_depend_on_it_alone(doc, others, position):
 
 def test_config_changes_the_cache_key():
     assert PreConfig().digest() != PreConfig(min_len=2).digest()
+
+
+def _cached_tokens(tmp_path, workspace):
+    """A real ingested batch and its PRE token cache."""
+    from fdptm.storage.catalog import Catalog
+    from fdptm.tasks.ingest import ingest
+
+    source = tmp_path / "docs.txt"
+    source.write_text("Shootings reported downtown\nThe leaves were falling\nParliament Hill\n")
+    ingest(source, "d", workspace, fmt="lines")
+    catalog = Catalog(workspace)
+    (batch,) = catalog.batches("d")
+    first = preprocess_batch(workspace, catalog, batch, "run-1", PreConfig())
+    return catalog, batch, first
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other tokens", "missing"])
+def test_a_damaged_token_cache_is_recomputed_from_the_batch(tmp_path, workspace, damage):
+    catalog, batch, first = _cached_tokens(tmp_path, workspace)
+    expected = read_tokens(workspace, [first]).to_pylist()
+    path = workspace.root / first["path"]
+    if damage == "garbage":
+        path.write_bytes(b"not parquet at all")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "other tokens":  # a valid Parquet file that is not what was cached
+        table = pa.table({"doc_id": ["x"], "author_id": ["x"], "tokens": [["forged"]]})
+        pq.write_table(table.cast(TOKENS_SCHEMA), path)
+    else:
+        path.unlink()
+    again = preprocess_batch(workspace, catalog, batch, "run-2", PreConfig())
+    assert read_tokens(workspace, [again]).to_pylist() == expected
+    assert again["run_id"] == "run-2" and again["sha256"] == file_sha256(path)
+
+
+def test_a_damaged_batch_is_still_the_users_problem(tmp_path, workspace):
+    catalog, batch, first = _cached_tokens(tmp_path, workspace)
+    (workspace.root / first["path"]).write_bytes(b"garbage")
+    (workspace.root / batch["path"]).write_bytes(b"garbage")
+    with pytest.raises(BadInputError, match="re-ingest the batch"):
+        preprocess_batch(workspace, catalog, batch, "run-2", PreConfig())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,19 +19,22 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 @pytest.fixture(scope="module")
 def released(tmp_path_factory, pheme_raw, prefect_harness):
     from fdptm.flows.release import release
+    from fdptm.request import ReleaseRequest
     from fdptm.storage.workspace import Workspace
 
     workspace = Workspace.resolve(tmp_path_factory.mktemp("flow") / "ws")
     ingest(pheme_raw, "pheme", workspace)
     out = release(
-        "pheme",
-        400.0,
-        1e-5,
-        5,
-        iterations=10,
-        mechanism="hdp-lda",
-        workspace=str(workspace.root),
-        seed=4,
+        ReleaseRequest(
+            dataset="pheme",
+            epsilon=400.0,
+            delta=1e-5,
+            topics=5,
+            iterations=10,
+            mechanism="hdp-lda",
+            workspace=str(workspace.root),
+            seed=4,
+        )
     )
     return workspace, out
 
@@ -122,7 +126,7 @@ def test_cli_exit_codes_and_refusal(released, capsys):
     before = catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"]
     args = ["release", "--dataset", "pheme", "--delta", "1e-5", "--topics", "5", *ws]
     assert main([*args, "--epsilon", "0"]) == 2
-    assert "epsilon must be a finite number > 0" in capsys.readouterr().err
+    assert "--epsilon: Input should be greater than 0" in capsys.readouterr().err
     assert main([*args, "--epsilon", "nan"]) == 2
     assert (
         main(
@@ -149,7 +153,7 @@ def test_cli_exit_codes_and_refusal(released, capsys):
     capsys.readouterr()
     assert main([*args, "--epsilon", "200", "--no-progress"]) == 3
     err = capsys.readouterr().err
-    assert "has only epsilon=100, delta=9e-05 remaining" in err
+    assert re.search(r"has only epsilon=100, delta=0\.0000(9|8999)\d* remaining", err)
     assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == before
     assert main(["budget", "--dataset", "pheme", "--json", *ws]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -191,7 +195,8 @@ def test_failure_after_m1_spends_m1_and_refunds_m2(tmp_path):
 def test_demo(tmp_path, capsys):
     assert main(["demo", "--workspace", str(tmp_path / "demo"), "--seed", "1"]) == 0
     out = capsys.readouterr().out
-    assert "guarantee: (500, 1e-05)-DP, word-level adjacency" in out
+    assert "guarantee: (500, 1e-05)-DP as calibrated, but this is a TEST RUN" in out
+    assert out.rstrip().count("word-level adjacency") == 1
     assert out.count("  topic ") == 5
 
 
@@ -293,3 +298,45 @@ def test_a_corrupted_batch_fails_the_run_before_any_budget_is_spent(tmp_path, ca
     assert "does not match the hash recorded in the catalog" in capsys.readouterr().err
     states = {e["state"] for e in Catalog(workspace).query("SELECT state FROM ledger")}
     assert states == {"refunded"}
+
+
+def test_a_bad_request_and_a_refused_budget_stop_before_prefect_starts(released):
+    """Validation, calibration and the cap check run before the flow: a refusal needs
+    neither Prefect nor Great Expectations (it took 33-126 s behind Prefect's server)."""
+    import subprocess
+    import sys
+
+    workspace, _ = released
+    code = (
+        "import sys; from fdptm.cli import main; "
+        "rc = main(sys.argv[1:]); "
+        "print(rc, 'prefect' in sys.modules, 'great_expectations' in sys.modules)"
+    )
+    base = ["release", "--dataset", "pheme", "--delta", "1e-5", "--topics", "5"]
+    base += ["--workspace", str(workspace.root)]
+    for extra, rc in (
+        (["--epsilon", "0"], 2),
+        (["--epsilon", "1", "--m1-fraction", "1.5"], 2),
+        (["--epsilon", "1", "--mechanism", "zhu"], 2),
+        (["--epsilon", "100000"], 3),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code, *base, *extra], capture_output=True, text=True
+        )
+        assert out.stdout.split() == [str(rc), "False", "False"], out.stderr
+
+
+def test_run_ids_are_random_and_the_manifest_carries_only_the_date(released):
+    from datetime import UTC, datetime
+
+    workspace, out = released
+    assert re.fullmatch(r"pheme-[0-9a-f]{16}", out["run_id"])
+    manifest = json.loads(
+        (workspace.root / "releases" / out["run_id"] / "manifest.json").read_text()
+    )
+    assert "released_at" not in manifest
+    assert manifest["release_date"] == datetime.now(UTC).date().isoformat()
+    assert not re.search(r"\d{2}:\d{2}", json.dumps(manifest))  # no time of day anywhere
+    midnight = datetime.fromisoformat(manifest["release_date"]).replace(tzinfo=UTC).timestamp()
+    release = workspace.root / "releases" / out["run_id"]
+    assert {p.stat().st_mtime for p in [release, *release.iterdir()]} == {midnight}

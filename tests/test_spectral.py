@@ -23,7 +23,7 @@ from fdptm.mechanisms.spectral import (
     laplace_lower_bound,
     laplace_upper_bound,
     noise_scales,
-    projected_m3_noise,
+    noisy_whitened_m3,
     release_m2,
     spectral_params,
     tensor_power_method,
@@ -259,7 +259,8 @@ def test_projected_m3_noise_has_the_law_of_whitened_iid_noise():
     s = np.array([1.0, 2.0, 0.5])
     direct = np.stack([multilinear(rng.normal(0, sigma, (V, V, V)), u * s) for _ in range(400)])
     noise = NoiseSource.create(7)
-    drawn = np.stack([projected_m3_noise(sigma, s, noise) for _ in range(400)])
+    zeros = np.zeros((k, k, k))
+    drawn = np.stack([noisy_whitened_m3(zeros, sigma, s, noise) for _ in range(400)])
     scale = sigma * np.einsum("a,b,c->abc", s, s, s)
     for sample in (direct, drawn):
         assert _chi_square_two_sided((sample / scale).ravel()) > 1e-3

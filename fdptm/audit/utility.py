@@ -54,7 +54,7 @@ def utility(
     """The utility block of an audit; ``sanitized`` carries SAN's OOV id as its last word."""
     corpus = without_word(sanitized, sanitized.n_words - 1)
     reference = drop_oov(
-        train_cgs(sanitized, phi.shape[0], iterations, NoiseSource.create(seed, 90))
+        train_cgs(sanitized, phi.shape[0], iterations, NoiseSource.internal(seed, 90))
     )
     distance = matched_distance(phi, reference)
     return {

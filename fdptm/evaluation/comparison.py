@@ -123,7 +123,7 @@ def compare(
             train,
             spec.topics,
             spec.iterations,
-            NoiseSource.create(spec.seed, 50),
+            NoiseSource.internal(spec.seed, 50),
             alpha=spec.lda_alpha,
             beta=spec.lda_beta,
         ),
@@ -145,7 +145,7 @@ def compare(
         started = time.perf_counter()
         try:
             phi = specs[name].m2.train(
-                train, spec.topics, params, NoiseSource.create(spec.seed, 60 + i)
+                train, spec.topics, params, NoiseSource.internal(spec.seed, 60 + i)
             )
         except Exception as exc:  # a failing mechanism is a row, not a failed comparison
             err = f"{type(exc).__name__}: {exc}"

@@ -20,7 +20,8 @@ of q(beta). Every iteration t = 0..T-1:
 3. Per unit a: S_a[k, w] = sum over a's documents d of n_dw phi_dwk, clipped in L2
    (Frobenius) norm to C (``clip``): clip(S_a) = S_a min(1, C / ||S_a||_2).
 4. The Gaussian mechanism: S~_t = sum_a clip(S_a) + N(0, (z C)^2) on each of the k V
-   entries.
+   entries, the whole matrix in one call of the NoiseSource (OpenDP's floating-point-safe
+   Gaussian in production).
 5. M-step, stochastic VI (Hoffman et al. 2010, Algorithm 2): with rho_t = (tau + t)^-kappa
    (``step_offset`` tau, ``step_decay`` kappa), the running estimate of the full-corpus
    statistic is A_t = (1 - rho_t) A_{t-1} + rho_t S~_t / q, and lambda_t = eta + A_t with
@@ -504,8 +505,7 @@ def noisy_statistics(
     """
     included = sample_units(noise.generator, data.n_units, params.sampling_rate)
     stats, _ = clipped_statistics(data, beta, params, included)
-    stats += noise.gaussian(params.noise_std, stats.shape)
-    return stats, included
+    return noise.add_gaussian(stats, params.noise_std), included
 
 
 def step_size(params: DpViParams, t: int) -> float:

@@ -12,7 +12,10 @@ Laplace(2/eps_L) (the Laplace mechanism on counts of sensitivity 2), and the rel
 topic-word matrix is computed from them (post-processing). By basic composition the whole
 run is (T (eps_L + eps_I) + eps_L)-DP. The true counts are never written with noise or
 clipping: the paper authors' reference code adds the noise into its counts, which then go
-negative and break the sampler; here noise and clipping live on a copy only.
+negative and break the sampler; here noise and clipping live on a copy only. Every
+sanitized copy is formed by the run's NoiseSource from the true counts (``add_laplace``:
+OpenDP's floating-point-safe sampler in production), never as counts + separately drawn
+float noise.
 
 The non-private sampler is the internal baseline; its output is not DP and is never
 released.
@@ -244,15 +247,17 @@ def train_hdp_lda(
     uniforms = np.empty(corpus.n_tokens)
     sanitized = np.empty((corpus.n_words, n_topics))
     weights = np.empty((corpus.n_words, n_topics))
+    # the kernel sanitizes as n_wk + eta; handing it 0 + the noisy counts keeps the sum exact
+    no_counts = np.zeros_like(n_wk)
     for _ in range(params.iterations):
-        eta = noise.laplace(params.laplace_scale, (corpus.n_words, n_topics))
-        gibbs.hdp_weights(n_wk, eta, params.clip, params.beta, sanitized, weights)
+        noisy = noise.add_laplace(n_wk, params.laplace_scale)
+        gibbs.hdp_weights(no_counts, noisy, params.clip, params.beta, sanitized, weights)
         gen.random(out=uniforms)
         gibbs.hdp_sweep(
             corpus.doc_ptr, corpus.words, z, n_dk, n_wk, weights, params.alpha, uniforms
         )
         if progress:
             progress(1)
-    final = n_wk + noise.laplace(params.laplace_scale, (corpus.n_words, n_topics))
+    final = noise.add_laplace(n_wk, params.laplace_scale)
     released = np.maximum(final.T, 0.0) + params.beta
     return released / released.sum(axis=1, keepdims=True)

@@ -21,7 +21,11 @@ their guarantee is recorded as ``claimed-unproven``, never as DP:
 The word-level L1 sensitivity of n_wk is 2 (one count -1, another +1), so the scale is
 2 / epsilon per perturbation; the paper states Lap(1/epsilon), which understates the
 sensitivity of a replacement by a factor 2. n_dk gets noise of the same scale as the paper
-prescribes (it only steers the sampler; it is never released).
+prescribes (it only steers the sampler; it is never released). The noise is the discrete
+Laplace of that scale on the grid 2^-20 (``laplace_noise``), which stays exact when added to
+the changing integer counts; each perturbation is still pure (sensitivity / scale)-DP for
+the counts it is added to, and the PLD figure reported next to a claim treats it as the
+continuous Laplace, from which it differs by a relative O(2^-20 / scale).
 
 Why the claims do not hold (Zhao et al., section IV-A, "no protection on the sampled
 topics"): the counts that get noised are the state of a sampler whose every earlier sweep
@@ -234,8 +238,14 @@ def train_noisy_cgs(
 
 
 def laplace_noise(params: NoisyCgsParams, noise: NoiseSource, shape: tuple[int, int]):
-    """One perturbation: i.i.d. Laplace(sensitivity / epsilon_per_perturbation) per cell."""
-    return noise.laplace(params.laplace_scale, shape)
+    """One perturbation: i.i.d. Laplace(sensitivity / epsilon_per_perturbation) per cell.
+
+    The noise stays in counts that the sweeps keep changing, so it is drawn on the grid
+    2^GRID_EXPONENT (``NoiseSource.grid_laplace``: OpenDP's discrete Laplace in production):
+    every noisy count the sampler reads and the release is computed from is then an exact
+    sum of an integer count and the draw, never a rounded float sum.
+    """
+    return noise.grid_laplace(params.laplace_scale, shape)
 
 
 def _perturbs(variant: str, t: int, last: int) -> bool:

@@ -222,7 +222,7 @@ def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np
     kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
     candidates = np.unique(ordered.items)
     if params.noise == "laplace":
-        noisy = hist[candidates] + noise.laplace(params.noise_scale, len(candidates))
+        noisy = noise.add_laplace(hist[candidates], params.noise_scale)
     else:
-        noisy = hist[candidates] + noise.gaussian(params.noise_scale, len(candidates))
+        noisy = noise.add_gaussian(hist[candidates], params.noise_scale)
     return candidates[noisy > params.rho]

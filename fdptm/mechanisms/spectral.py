@@ -48,11 +48,12 @@ fractions (``_plan``); epsilon and delta are split alike.
   probability. The paper perturbs M2 twice (e4 for W and e8 for W^+); both are functions
   of M2 alone, so one noisy M2 serves both (the same cut, less noise for the same budget).
   W and W^+ come from its top-k eigenpairs; the noisy E2 is symmetrised (post-processing).
-  The V^3 tensor is never formed: only (M3_hat + E3)(W, W, W) is used, and given W (a
-  function of the noisy M2 alone) E3(W, W, W) is Gaussian with covariance
-  sigma_3^2 (W^T W)^{(x)3} = sigma_3^2 diag(S^-1)^{(x)3}, so it is drawn exactly as
-  sigma_3 s_a s_b s_c z_abc with s = S^(-1/2) and z i.i.d. N(0, 1). The output has the same
-  distribution as post-processing the paper's (M2 + E2, M3 + E3), hence the same guarantee.
+  The V^3 tensor is never formed: only (M3_hat + E3)(W, W, W) is used, and given W =
+  U diag(s) (a function of the noisy M2 alone; U orthonormal, s = S^(-1/2)) E3(U, U, U) is
+  i.i.d. N(0, sigma_3^2) on its k^3 entries, so the Gaussian mechanism is applied to the
+  true M3_hat(U, U, U) and entry (a, b, c) is then scaled by s_a s_b s_c. The output has the
+  same distribution as post-processing the paper's (M2 + E2, M3 + E3), hence the same
+  guarantee.
 * Config 2 (e6, e8): noise on the whitened tensor, whose sensitivity is local. As printed
   it is not DP: (i) Theorem 5's proof (eq. 60) replaces M3(W,W,W) - M3(W',W',W') by
   M3(W-W', W-W', W-W'), dropping the terms linear in W - W', which dominate; (ii) Lemma 28
@@ -418,29 +419,42 @@ def whitened_tensor_sensitivity(
 def release_m2(moments: DocumentMoments, params: SpectralParams, noise: NoiseSource) -> np.ndarray:
     """M2_hat + (E + E^T)/2, E i.i.d. N(0, sigma^2), sigma = Delta_2 tau (edges e4/e8).
 
-    E is drawn in blocks of rows and added symmetrised in place: the diagonal gets
-    variance sigma^2, each off-diagonal pair sigma^2/2 (post-processing of the Gaussian
-    mechanism on all V^2 entries).
+    (E + E^T)/2 is symmetric with independent entries on and above the diagonal: N(0,
+    sigma^2) on it, N(0, sigma^2 / 2) off it. So the NoiseSource adds exactly that to the
+    true diagonal and to the true upper triangle (blocks of rows, to bound memory), and the
+    triangle is mirrored: the same output distribution as symmetrising the Gaussian
+    mechanism on all V^2 entries (post-processing), with every released entry formed by the
+    safe sampler.
     """
     sigma = noise_scales(params, moments.n_docs)["m2"]
     m2 = moments.m2_dense()
-    for start in range(0, moments.n_words, _NOISE_BLOCK):
-        stop = min(start + _NOISE_BLOCK, moments.n_words)
-        half = noise.gaussian(sigma, (stop - start, moments.n_words)) / 2.0
-        m2[start:stop, :] += half
-        m2[:, start:stop] += half.T
+    n = moments.n_words
+    diagonal = noise.add_gaussian(np.diag(m2), sigma)
+    for start in range(0, n, _NOISE_BLOCK):
+        stop = min(start + _NOISE_BLOCK, n)
+        rows = m2[start:stop]
+        above = np.arange(n)[None, :] > np.arange(start, stop)[:, None]
+        rows[above] = noise.add_gaussian(rows[above], sigma / math.sqrt(2.0))
+        m2[stop:, start:stop] = rows[:, stop:].T
+        square = m2[start:stop, start:stop]
+        lower = np.tril_indices(stop - start, -1)
+        square[lower] = square.T[lower]
+    np.fill_diagonal(m2, diagonal)
     return m2
 
 
-def projected_m3_noise(sigma: float, scales: np.ndarray, noise: NoiseSource) -> np.ndarray:
-    """E3(W, W, W) for E3 i.i.d. N(0, sigma^2) on V^3 and W = U diag(scales), U orthonormal.
+def noisy_whitened_m3(
+    projected: np.ndarray, sigma: float, scales: np.ndarray, noise: NoiseSource
+) -> np.ndarray:
+    """(M3_hat + E3)(W, W, W) from ``projected`` = M3_hat(U, U, U), for W = U diag(scales).
 
-    Its law is N(0, sigma^2 (W^T W)^{(x)3}) with W^T W = diag(scales^2): entry (a, b, c) has
-    std sigma scales_a scales_b scales_c, independently.
+    E3 i.i.d. N(0, sigma^2) on V^3 and U orthonormal make E3(U, U, U) i.i.d. N(0, sigma^2)
+    on the k^3 entries, so the NoiseSource adds that to the true projection; multiplying
+    entry (a, b, c) by scales_a scales_b scales_c (post-processing) gives the whitened
+    tensor, whose noise has std sigma scales_a scales_b scales_c, independently.
     """
-    k = len(scales)
-    z = noise.gaussian(sigma, (k, k, k))
-    return z * scales[:, None, None] * scales[None, :, None] * scales[None, None, :]
+    noisy = noise.add_gaussian(projected, sigma)
+    return noisy * scales[:, None, None] * scales[None, :, None] * scales[None, None, :]
 
 
 def laplace_lower_bound(
@@ -448,7 +462,7 @@ def laplace_lower_bound(
 ) -> float:
     """value + Lap(Delta/eps) - (Delta/eps) ln(1/(2 delta)): below value w.p. >= 1 - delta."""
     scale = sensitivity * step.multiplier
-    released = value + float(noise.laplace(scale, 1)[0])
+    released = float(noise.add_laplace(value, scale))
     return released - scale * max(math.log(1.0 / (2.0 * step.delta)), 0.0)
 
 
@@ -457,7 +471,7 @@ def laplace_upper_bound(
 ) -> float:
     """value + Lap(Delta/eps) + (Delta/eps) ln(1/(2 delta)): above value w.p. >= 1 - delta."""
     scale = sensitivity * step.multiplier
-    released = value + float(noise.laplace(scale, 1)[0])
+    released = float(noise.add_laplace(value, scale))
     return released + scale * max(math.log(1.0 / (2.0 * step.delta)), 0.0)
 
 
@@ -572,7 +586,7 @@ def _config1(
     vals, vecs = top_eigenpairs(release_m2(moments, params, noise), k, noise.generator)
     scales = 1.0 / np.sqrt(_positive(vals))
     sigma3 = noise_scales(params, moments.n_docs)["m3"]
-    tensor = moments.m3_project(vecs * scales) + projected_m3_noise(sigma3, scales, noise)
+    tensor = noisy_whitened_m3(moments.m3_project(vecs), sigma3, scales, noise)
     _, components = _decompose(tensor, k, params, noise, progress)
     return (vecs / scales) @ components
 
@@ -611,7 +625,7 @@ def _config2(
         return None
     local = whitened_tensor_sensitivity(margin, high, d2, d3)
     tensor = multilinear(m3_basis, _inverse_sqrt(compressed, margin))
-    tensor += noise.gaussian(local * params.step("tensor").multiplier, (k, k, k))
+    tensor = noise.add_gaussian(tensor, local * params.step("tensor").multiplier)
     _, components = _decompose(tensor, k, params, noise, progress)
     return (basis * np.sqrt(_positive(vals))) @ components
 
@@ -656,7 +670,7 @@ def _config3(
     if sigma_low <= 0 or gap_low <= 0:
         return None
     std = k**2 / (n * gap_low * sigma_low**1.5) * params.step("decomposition").multiplier
-    components = components + noise.gaussian(std, components.shape)
+    components = noise.add_gaussian(components, std)
     return (basis * np.sqrt(_positive(vals_dp))) @ components
 
 
@@ -673,7 +687,7 @@ def _config4(
         return None
     mu = (params.alpha0 + 2.0) / 2.0 * (vecs * np.sqrt(_positive(vals))) @ (components * lambdas)
     std = k**2 * math.sqrt(sigma_high) / (n * gap_low * sigma_low**1.5)
-    return mu + noise.gaussian(std * params.step("output").multiplier, mu.shape)
+    return noise.add_gaussian(mu, std * params.step("output").multiplier)
 
 
 _RUNNERS = {1: _config1, 2: _config2, 3: _config3, 4: _config4}

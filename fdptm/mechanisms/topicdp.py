@@ -651,8 +651,8 @@ def perturb(
     """phi plus i.i.d. noise of the variant's scale (before post-processing)."""
     scale = noise_std(params, sensitivity, phi.shape[1])
     if params.variant == "laplace":
-        return phi + noise.laplace(scale, phi.shape)
-    return phi + noise.gaussian(scale, phi.shape)
+        return noise.add_laplace(phi, scale)
+    return noise.add_gaussian(phi, scale)
 
 
 # The mechanism -----------------------------------------------------------------------------

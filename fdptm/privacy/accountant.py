@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, RANDOM_DP, combine_notions
@@ -121,10 +122,12 @@ def plan_budget(
         )
     unit = weakest([s.adjacency for s in specs], authors_are_documents=authors_are_documents)
     delta_weight = sum(s.epsilon_fraction for s in specs if s.uses_delta)
+    eps_shares = split_exactly(epsilon, [s.epsilon_fraction for s in specs])
+    delta_shares = split_exactly(
+        delta, [s.epsilon_fraction / delta_weight if s.uses_delta else 0.0 for s in specs]
+    )
     stages = []
-    for spec in specs:
-        eps_share = epsilon * spec.epsilon_fraction
-        delta_share = delta * spec.epsilon_fraction / delta_weight if spec.uses_delta else 0.0
+    for spec, eps_share, delta_share in zip(specs, eps_shares, delta_shares, strict=True):
         forward = convert(
             1.0, 0.0, spec.adjacency, unit, authors_are_documents=authors_are_documents
         )
@@ -138,6 +141,15 @@ def plan_budget(
             eps_native, delta_native = eps_share, delta_share
         else:
             eps_native, delta_native = invert_group_of_two(eps_share, delta_share)
+            eps_native, delta_native = _within(
+                eps_native,
+                delta_native,
+                eps_share,
+                delta_share,
+                spec.adjacency,
+                unit,
+                authors_are_documents,
+            )
         stages.append(
             StageBudget(
                 stage=spec.stage,
@@ -153,6 +165,49 @@ def plan_budget(
         )
     policy = ", ".join(f"{s.stage} {s.epsilon_fraction:.0%} of epsilon" for s in specs)
     return BudgetPlan(epsilon, delta, unit, stages, policy=policy)
+
+
+def split_exactly(total: float, fractions: list[float]) -> list[float]:
+    """Shares of ``total`` by ``fractions`` (0 for a zero fraction) whose exact sum is at
+    most ``total``: the last positive share is the remainder, lowered by an ulp until the
+    decimal sum fits, so a manifest never states more than was asked (never 1.0000000000000052e-05
+    for 1e-05)."""
+    shares = [float(exact(total) * exact(f)) if f > 0 else 0.0 for f in fractions]
+    last = max((i for i, f in enumerate(fractions) if f > 0), default=None)
+    if last is None:
+        return shares
+    rest = exact(total) - exact_sum(v for i, v in enumerate(shares) if i != last)
+    shares[last] = float(rest)
+    while exact_sum(shares) > exact(total):
+        shares[last] = math.nextafter(shares[last], 0.0)
+    return shares
+
+
+def _within(eps, delta, eps_share, delta_share, source, unit, authors_are_documents):
+    """Lower an inverted (eps, delta) by ulps until its forward conversion fits the share."""
+    while True:
+        c = convert(eps, delta, source, unit, authors_are_documents=authors_are_documents)
+        fits_eps = exact(c.epsilon_out) <= exact(eps_share)
+        fits_delta = exact(c.delta_out) <= exact(delta_share)
+        if fits_eps and fits_delta:
+            return eps, delta
+        eps = eps if fits_eps else math.nextafter(eps, 0.0)
+        delta = delta if fits_delta else math.nextafter(delta, 0.0)
+
+
+def exact(value: float) -> Decimal:
+    """A stored float as the decimal it was written as (its shortest round-trip repr).
+
+    Budgets are typed as decimals (1e-5, 0.25); summing their binary floats drifts (five
+    times 1e-5 exceeds the float 5e-5). Sums of these decimals are exact, and differ from
+    the binary values the mechanisms run with by under one part in 10^16.
+    """
+    return Decimal(repr(float(value)))
+
+
+def exact_sum(values) -> Decimal:
+    """The exact decimal sum of ``values`` (see ``exact``)."""
+    return sum((exact(v) for v in values), Decimal(0))
 
 
 @dataclass(frozen=True)
@@ -176,6 +231,8 @@ def compose(
     notions: list[tuple[str, float]] | None = None,
 ) -> Composition:
     """Basic composition of (epsilon, delta, adjacency) spends at ``unit``.
+
+    Sums are exact decimal sums (``exact_sum``), rounded once to the nearest float.
 
     ``notions`` gives each spend's (notion, gamma) when not all are plain approximate DP;
     the composition's notion is ``combine_notions`` of them. A random-DP spend is never
@@ -202,8 +259,8 @@ def compose(
             )
     notion, gamma = combine_notions(notions)
     return Composition(
-        epsilon=math.fsum(c.epsilon_out for c in conversions),
-        delta=math.fsum(c.delta_out for c in conversions),
+        epsilon=float(exact_sum(c.epsilon_out for c in conversions)),
+        delta=float(exact_sum(c.delta_out for c in conversions)),
         unit=unit,
         conversions=conversions,
         notion=notion,

@@ -1,56 +1,269 @@
-"""Noise sources for the mechanisms.
+"""Noise sources for the mechanisms: floating-point-safe noise from a CSPRNG, or seeded numpy.
 
-Every random draw of a run (Laplace and Gaussian noise, the uniforms that drive the Gibbs
-samplers, the order in which DP set union visits authors) comes from one
-``numpy.random.Generator`` (PCG64). Without a seed it is seeded from OS entropy
-(``numpy.random.SeedSequence()`` reads ``os.urandom``); with a seed the run is reproducible,
-which is what tests need and what a production release must not use: anyone who learns the
-seed can subtract the noise. The manifest records which of the two was used, never the seed.
+A mechanism never draws noise and adds it itself: it hands the true values to
+``add_laplace`` or ``add_gaussian`` and gets the noisy values back, so that the source
+decides how the sum x + noise is formed. There are three kinds of source.
 
-The samplers are floating-point samplers (inverse-CDF Laplace, ziggurat Gaussian); they are
-not hardened against the floating-point attacks of Mironov (CCS 2012) the way OpenDP's
-snapping and discrete samplers are, and the manifest says so.
+* ``NoiseSource.create(None)`` (production, every release): additive noise from OpenDP's
+  samplers (``opendp.measurements.make_laplace`` and ``make_gaussian`` on a vector of f64
+  with the default, finest granularity). OpenDP treats every float input as the exact
+  rational it is, adds discrete Laplace or discrete Gaussian noise on the grid 2^-1074 (of
+  which every f64 is a multiple, so the input is not rounded and the sensitivity is
+  unchanged) in exact arithmetic, and rounds the exact sum once to the nearest f64. The
+  released value is therefore never float(x) + float(noise), the construction Mironov's
+  floating-point attack (CCS 2012) exploits: the values a floating-point sampler plus a
+  rounded addition can produce have gaps whose positions depend on x, so one released
+  value can rule out a neighbouring dataset.
+  OpenDP's randomness comes from OpenSSL's RAND_bytes (a CSPRNG seeded by the operating
+  system). The other random choices of a run that a privacy argument relies on (Poisson
+  subsampling of units, DP set union's orders and subsamples, the Gibbs samplers'
+  uniforms, random restarts) come from ``generator``: a numpy Generator over
+  randomgen's ChaCha (20 rounds, the stream cipher of Linux's /dev/urandom) keyed with 256
+  bits from ``os.urandom``, whose output cannot be predicted from earlier output.
+* ``NoiseSource.create(seed)`` (tests only): numpy's PCG64 seeded from ``seed`` and its
+  floating-point samplers, reproducible; anyone who knows the seed can subtract the noise,
+  and the samplers are open to the floating-point attack. The manifest says which of the
+  two produced a release, never the seed.
+* ``NoiseSource.internal(seed)``: the same fast numpy samplers for models that are never
+  released (audit shadow models, the internal comparison), from OS entropy when no seed
+  is given.
+
+The OpenDP samplers cost about 10^3 (Laplace) to 3.5 x 10^3 (Gaussian) times numpy's per
+draw on one thread (benchmarks/noise_results.md), so large vectors are split into chunks
+noised on one thread per usable core: the chunks are independent OpenDP measurements whose
+noise is i.i.d. per entry, exactly the distribution of one call on the whole vector (the
+FFI call releases the GIL).
+
+``grid_laplace`` is for the count-based baselines whose noise must stay in counts that the
+sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are OpenDP's
+discrete Laplace on the grid 2^-20 (input 0, so nothing is rounded), and any integer count
+below 2^32 plus such a draw is exact in f64, so the noisy counts the sampler reads and
+releases are exact sums, never rounded ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from typing import TYPE_CHECKING
 
 import numpy as np
+import randomgen
 
-SAMPLER = "numpy.random.Generator(PCG64) floating-point samplers (not snapping-hardened)"
+if TYPE_CHECKING:
+    from opendp.mod import Measurement
+
+GRID_EXPONENT = -20
+"""``grid_laplace`` draws are multiples of 2^GRID_EXPONENT; integers below
+2^(53 + GRID_EXPONENT - 1) plus such a draw are exact in f64."""
+
+OPENDP_LAPLACE = "opendp.measurements.make_laplace(f64 vector, exact)"
+OPENDP_GAUSSIAN = "opendp.measurements.make_gaussian(f64 vector, exact)"
+OPENDP_GRID_LAPLACE = f"opendp.measurements.make_laplace(f64 vector, k = {GRID_EXPONENT})"
+NUMPY_LAPLACE = "numpy.random.Generator.laplace"
+NUMPY_GAUSSIAN = "numpy.random.Generator.normal"
+NUMPY_GRID_LAPLACE = f"numpy.random.Generator.laplace rounded to 2^{GRID_EXPONENT}"
+SAFE_SAMPLERS = (OPENDP_LAPLACE, OPENDP_GAUSSIAN, OPENDP_GRID_LAPLACE)
+CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
+
+_CHUNK = 1 << 12
+"""Vectors are split for the worker threads only into chunks of at least this many entries
+(below it the thread start-up costs more than it saves)."""
+
+
+def workers() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def csprng_generator() -> np.random.Generator:
+    """A numpy Generator over ChaCha20 keyed with 256 bits of ``os.urandom``."""
+    key = int.from_bytes(os.urandom(32), "little")
+    return np.random.Generator(randomgen.ChaCha(key=key, rounds=20))
+
+
+def _check_scale(name: str, scale: float, secure: bool) -> float:
+    """A finite scale, > 0 for a secure source (0 would release the true values), >= 0 for
+    numpy (0 adds nothing: tests compare against noiseless runs)."""
+    scale = float(scale)
+    if not math.isfinite(scale) or scale < 0 or (secure and scale == 0):
+        bound = "> 0" if secure else ">= 0"
+        raise ValueError(f"the {name} must be a finite number {bound}, got {scale!r}")
+    return scale
+
+
+def _as_finite(values: np.ndarray | float) -> np.ndarray:
+    """``values`` as float64; refuses NaN and infinities, which OpenDP would not check."""
+    array = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(array).all():
+        raise ValueError("noise can only be added to finite values; got NaN or infinity")
+    return array
+
+
+def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
+    """The OpenDP measurement behind ``sampler`` (one of SAFE_SAMPLERS) on ``size`` f64s.
+
+    Laplace and Gaussian use OpenDP's default granularity, the finest (2^-1074: no input is
+    rounded, so the privacy map is exactly that of the mechanism at the true sensitivity);
+    the grid Laplace uses 2^GRID_EXPONENT, for which OpenDP needs the vector's length (its
+    map charges the rounding of inputs; ``grid_laplace`` only ever passes zeros, which lie
+    on every grid).
+    """
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    if sampler == OPENDP_GAUSSIAN:
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+        return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale)
+    if sampler == OPENDP_LAPLACE:
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale)
+    if sampler == OPENDP_GRID_LAPLACE:
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
+        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale, k=GRID_EXPONENT)
+    raise ValueError(f"unknown OpenDP sampler {sampler!r}; one of {SAFE_SAMPLERS}")
+
+
+def _opendp_apply(sampler: str, scale: float, flat: np.ndarray) -> np.ndarray:
+    """``flat`` through ``sampler``, in chunks on one thread per usable core when large."""
+    if flat.size == 0:
+        return flat.copy()
+    parts = min(workers(), max(1, flat.size // _CHUNK))
+    if parts == 1:
+        noisy = [opendp_measurement(sampler, scale, flat.size)(flat)]
+    else:
+        with ThreadPoolExecutor(parts) as pool:
+            noisy = list(
+                pool.map(
+                    lambda c: opendp_measurement(sampler, scale, c.size)(c),
+                    np.array_split(flat, parts),
+                )
+            )
+    return np.concatenate([np.asarray(n, dtype=np.float64) for n in noisy])
 
 
 @dataclass
 class NoiseSource:
-    """A run's random source and a description of it for the manifest."""
+    """A run's random source, its additive-noise samplers and a description for the manifest.
+
+    ``secure`` sources (unseeded ``create``) noise through OpenDP and draw everything else
+    from a ChaCha20 ``generator``; the others use numpy. ``draws`` counts the entries each
+    sampler has noised, so tests can check which sampler a mechanism went through.
+    """
 
     generator: np.random.Generator
     seeded: bool
+    secure: bool = False
+    draws: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.seeded and self.secure:
+            raise ValueError("a seeded noise source is reproducible, so it cannot be secure")
 
     @classmethod
     def create(cls, seed: int | None, stream: int = 0) -> NoiseSource:
-        """OS-entropy seeded when ``seed`` is None, else stream ``stream`` of ``seed``.
+        """The source for anything that may be released.
 
-        Stages use different streams so that their draws are independent even when a seed
-        is given.
+        Without a seed: OpenDP noise and a ChaCha20 generator (production). With one: stream
+        ``stream`` of ``seed`` in numpy (tests only); stages use different streams so that
+        their draws are independent.
         """
         if seed is None:
-            return cls(np.random.default_rng(), False)
+            return cls(csprng_generator(), seeded=False, secure=True)
         return cls(np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream,))), True)
 
-    def laplace(self, scale: float, size: int | tuple[int, ...]) -> np.ndarray:
-        """i.i.d. Laplace(0, scale) draws."""
-        return self.generator.laplace(0.0, scale, size)
+    @classmethod
+    def internal(cls, seed: int | None, stream: int = 0) -> NoiseSource:
+        """Fast numpy noise for models that are never released (audit shadows, comparisons).
 
-    def gaussian(self, sigma: float, size: int | tuple[int, ...]) -> np.ndarray:
-        """i.i.d. N(0, sigma^2) draws."""
-        return self.generator.normal(0.0, sigma, size)
+        With a seed it is exactly ``create(seed, stream)``; without one PCG64 is seeded from
+        OS entropy. Never use it for a release.
+        """
+        if seed is None:
+            return cls(np.random.default_rng(), seeded=False)
+        return cls.create(seed, stream)
+
+    def add_laplace(self, values: np.ndarray | float, scale: float) -> np.ndarray:
+        """``values`` plus i.i.d. Laplace(0, scale) noise on every entry, same shape."""
+        scale = _check_scale("Laplace scale", scale, self.secure)
+        array = _as_finite(values)
+        if self.secure:
+            noisy = _opendp_apply(OPENDP_LAPLACE, scale, array.ravel())
+            return self._count(OPENDP_LAPLACE, noisy.reshape(array.shape))
+        noisy = array + self.generator.laplace(0.0, scale, array.shape)
+        return self._count(NUMPY_LAPLACE, noisy)
+
+    def add_gaussian(self, values: np.ndarray | float, sigma: float) -> np.ndarray:
+        """``values`` plus i.i.d. N(0, sigma^2) noise on every entry, same shape."""
+        sigma = _check_scale("Gaussian sigma", sigma, self.secure)
+        array = _as_finite(values)
+        if self.secure:
+            noisy = _opendp_apply(OPENDP_GAUSSIAN, sigma, array.ravel())
+            return self._count(OPENDP_GAUSSIAN, noisy.reshape(array.shape))
+        noisy = array + self.generator.normal(0.0, sigma, array.shape)
+        return self._count(NUMPY_GAUSSIAN, noisy)
+
+    def grid_laplace(self, scale: float, shape: int | tuple[int, ...]) -> np.ndarray:
+        """Laplace(0, scale) draws on the grid 2^GRID_EXPONENT, for noise kept in counts.
+
+        Secure: OpenDP's discrete Laplace of that granularity. Numpy: continuous draws
+        rounded to the grid. Either way an integer below 2^32 plus a draw is exact in f64.
+        """
+        scale = _check_scale("Laplace scale", scale, self.secure)
+        zeros = np.zeros(shape)
+        if self.secure:
+            noisy = _opendp_apply(OPENDP_GRID_LAPLACE, scale, zeros.ravel())
+            return self._count(OPENDP_GRID_LAPLACE, noisy.reshape(zeros.shape))
+        unit = 2.0**GRID_EXPONENT
+        draws = np.round(self.generator.laplace(0.0, scale, zeros.shape) / unit) * unit
+        return self._count(NUMPY_GRID_LAPLACE, draws)
+
+    def _count(self, sampler: str, noisy: np.ndarray) -> np.ndarray:
+        self.draws[sampler] = self.draws.get(sampler, 0) + noisy.size
+        return noisy
 
     def describe(self) -> dict:
+        """The manifest's ``noise`` block: which samplers and which random generators."""
+        if self.secure:
+            opendp = version("opendp")
+            return {
+                "sampler": f"OpenDP {opendp} floating-point-safe samplers, unseeded",
+                "floating_point_safe": True,
+                "laplace": (
+                    f"{OPENDP_LAPLACE}: discrete Laplace on the grid 2^-1074 added to the "
+                    "exact input, the sum rounded once to f64"
+                ),
+                "gaussian": (
+                    f"{OPENDP_GAUSSIAN}: discrete Gaussian on the grid 2^-1074 added to the "
+                    "exact input, the sum rounded once to f64"
+                ),
+                "grid_laplace": (
+                    f"{OPENDP_GRID_LAPLACE}: discrete Laplace on the grid 2^{GRID_EXPONENT}, "
+                    "added exactly to integer counts (zhu, cdp-lda, cdp-lda-plus)"
+                ),
+                "noise_randomness": f"OpenSSL RAND_bytes inside OpenDP {opendp} (a CSPRNG)",
+                "other_randomness": (
+                    f"numpy.random.Generator over {CSPRNG} (randomgen {version('randomgen')}, "
+                    "a CSPRNG)"
+                ),
+                "seeding": "no seed: OS entropy (production)",
+            }
+        kind = "numpy seeded (tests only)" if self.seeded else "numpy (internal, never released)"
         return {
-            "sampler": SAMPLER,
-            "seeding": "fixed seed (reproducible; not for production releases)"
+            "sampler": kind,
+            "floating_point_safe": False,
+            "laplace": f"{NUMPY_LAPLACE} (inverse CDF), added in floating point",
+            "gaussian": f"{NUMPY_GAUSSIAN} (ziggurat), added in floating point",
+            "grid_laplace": NUMPY_GRID_LAPLACE,
+            "noise_randomness": "numpy PCG64 (not a CSPRNG)",
+            "other_randomness": "numpy PCG64 (not a CSPRNG)",
+            "seeding": "fixed seed (reproducible; anyone who knows it can remove the noise; "
+            "not for production releases)"
             if self.seeded
             else "OS entropy",
         }

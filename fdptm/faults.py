@@ -1,0 +1,47 @@
+"""Fault injection for the crash-recovery tests: a real ``kill -9`` at a named point.
+
+``checkpoint(name)`` sends SIGKILL to this very process when the environment variable
+``FDPTM_KILL_AT`` equals ``name``. The recovery tests and ``benchmarks/faults.py`` start real
+``fdptm release`` processes with it set, so the process dies exactly at a stage boundary
+(``after-<stage>``) or inside a stage (``during-<stage>``), the way an out-of-memory kill or
+a lost machine would stop it: no exception handler, ``finally`` block or atexit hook runs.
+``FDPTM_KILL_SERVER_AT`` kills (SIGKILL) the Prefect API server this process started (its
+temporary server, a child process) and lets the process go on, as when the server dies
+under a running release.
+
+``FDPTM_STOP_AT`` instead stops the process there (SIGSTOP): it stays alive, holding its
+run, until it gets SIGCONT, which lets a test look at a live run deterministically.
+Unset (always, in production), a checkpoint is two dictionary lookups.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+ENV = "FDPTM_KILL_AT"
+STOP_ENV = "FDPTM_STOP_AT"
+SERVER_ENV = "FDPTM_KILL_SERVER_AT"
+
+
+def checkpoint(name: str) -> None:
+    """Die by SIGKILL (or stop) here if ``$FDPTM_KILL_AT`` (``$FDPTM_STOP_AT``) names it."""
+    if os.environ.get(ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(SERVER_ENV) == name:
+        del os.environ[SERVER_ENV]
+        for pid in _children(os.getpid()):
+            if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+    if os.environ.get(STOP_ENV) == name:
+        del os.environ[STOP_ENV]  # once: a checkpoint in a loop must not stop it again
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _children(pid: int) -> list[int]:
+    """Child process ids of ``pid`` (Linux ``/proc``)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out

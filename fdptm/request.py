@@ -1,0 +1,218 @@
+"""The one definition of a release's parameters: ``ReleaseRequest``.
+
+The CLI (``fdptm release``), the Prefect flows (``release``, ``audited-release``), the
+deployments and Python callers all describe a release with this model, so its fields, their
+defaults and their limits live here and nowhere else. A Pydantic model is Prefect's own
+convention for flow parameters: a deployment stores it as JSON and Prefect validates it
+when a scheduled run starts.
+
+``add_arguments`` turns the fields into ``argparse`` options (defaults shown in ``--help``)
+and ``from_arguments`` reads them back, so the command line cannot drift from the model.
+Every check here needs no data; checks against the workspace (the dataset exists, the
+lifetime cap) are in ``fdptm.tasks.run.preflight``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fdptm.errors import BadInputError
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, parse_option
+
+SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
+
+
+class ReleaseRequest(BaseModel):
+    """What a user asks for in one release (README, "Command line")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str = Field(description="name of the ingested dataset to release")
+    epsilon: float = Field(
+        gt=0, description="total epsilon of the release, at its (weakest) adjacency"
+    )
+    delta: float = Field(gt=0, lt=1, description="total delta, in (0, 1); e.g. 1e-5")
+    topics: int = Field(ge=1, description="number of topics k")
+    mechanism: str = Field(DEFAULT_MECHANISM, description="M2 mechanism (README: 'M2 mechanisms')")
+    m2_options: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="options of the M2 mechanism, KEY=VALUE; unknown options are refused",
+    )
+    allow_unproven: bool = Field(
+        False,
+        strict=True,
+        description="release with a mechanism whose DP claim is unproven (zhu, cdp-lda, "
+        "cdp-lda-plus, spectral-unproven); the manifest says so",
+    )
+    iterations: int = Field(100, ge=1, description="iterations of M2")
+    set_union_policy: SetUnionPolicy = Field("weighted", description="M1 (DP set union) policy")
+    m1_fraction: float = Field(
+        0.25, gt=0, lt=1, description="share of epsilon for M1, vocabulary selection"
+    )
+    max_docs_per_author: int = Field(
+        100, ge=1, description="contribution bound: documents kept per author"
+    )
+    max_tokens_per_doc: int = Field(
+        1000, ge=1, description="contribution bound: tokens kept per document"
+    )
+    releases_left: int | None = Field(
+        None, ge=1, description="adaptive budget: use at most (what the cap has left) / N"
+    )
+    baseline: bool = Field(
+        False,
+        strict=True,
+        description="also train a non-private internal baseline (never released)",
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="fixed seed (tests only: makes the noise guessable)"
+    )
+    workspace: str | None = Field(
+        None, description="workspace directory (default: $FDPTM_WORKSPACE or ./fdptm-workspace)"
+    )
+
+    @field_validator(
+        "epsilon",
+        "delta",
+        "topics",
+        "iterations",
+        "m1_fraction",
+        "max_docs_per_author",
+        "max_tokens_per_doc",
+        "releases_left",
+        "seed",
+        mode="before",
+    )
+    @classmethod
+    def _not_a_bool(cls, value: Any) -> Any:
+        """``True`` is not a number of topics (Pydantic's lax mode would read it as 1)."""
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not true/false")
+        return value
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("mechanism")
+    @classmethod
+    def _known_mechanism(cls, value: str) -> str:
+        if value not in MECHANISMS:
+            raise ValueError(f"unknown mechanism {value!r}; available: {', '.join(MECHANISMS)}")
+        return value
+
+    @classmethod
+    def build(cls, **fields: Any) -> ReleaseRequest:
+        """Validate ``fields`` into a request; a ``BadInputError`` that names every problem."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise BadInputError(describe(exc)) from None
+
+    def replace(self, **fields: Any) -> ReleaseRequest:
+        """A validated copy with ``fields`` changed."""
+        return self.build(**{**self.model_dump(), **fields})
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per invalid field, in the CLI's spelling (``--max-docs-per-author``)."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "request"
+        flag = "--" + where.replace("_", "-") if err["loc"] else where
+        given = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+        lines.append(f"{flag}: {err['msg']}{given}")
+    return "invalid release request: " + "; ".join(lines)
+
+
+def _base_type(annotation: Any) -> Any:
+    """``int | None`` -> int; other annotations as they are."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _number(cast: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+    parse.__name__ = cast.__name__
+    return parse
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    exclude: tuple[str, ...] = (),
+    required: bool = True,
+) -> None:
+    """Add one option per field of ``ReleaseRequest`` (but ``exclude``) to ``parser``.
+
+    The options have no defaults of their own (an option not given is None and the model
+    fills in its default, shown in ``--help``), so the command line cannot drift from the
+    model, and a caller can tell which options were given. ``required=False`` leaves even
+    the fields without a default optional (``fdptm release --resume`` needs none of them);
+    the model still requires them.
+    """
+    for name, info in ReleaseRequest.model_fields.items():
+        if name in exclude:
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        shown = (
+            "" if info.is_required() or default in (None, {}, False) else f" (default {default})"
+        )
+        help_text = f"{info.description}{shown}"
+        kind = _base_type(info.annotation)
+        if name == "m2_options":
+            parser.add_argument("--m2-option", action="append", metavar="KEY=VALUE", help=help_text)
+        elif kind is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+        elif name == "mechanism":
+            parser.add_argument(flag, choices=list(MECHANISMS), help=help_text)
+        elif typing.get_origin(kind) is Literal:
+            parser.add_argument(flag, choices=list(typing.get_args(kind)), help=help_text)
+        elif kind in (int, float):
+            parser.add_argument(
+                flag, type=_number(kind), required=required and info.is_required(), help=help_text
+            )
+        else:
+            parser.add_argument(flag, required=required and info.is_required(), help=help_text)
+
+
+def given(args: argparse.Namespace) -> list[str]:
+    """The release options given on the command line (``--workspace`` aside)."""
+    return sorted(
+        "--" + name.replace("_", "-")
+        for name in ReleaseRequest.model_fields
+        if name != "workspace"
+        and getattr(args, "m2_option" if name == "m2_options" else name, None) is not None
+    )
+
+
+def from_arguments(args: argparse.Namespace, **overrides: Any) -> ReleaseRequest:
+    """The request an ``add_arguments`` parser read; ``overrides`` win."""
+    fields: dict[str, Any] = {}
+    for name in ReleaseRequest.model_fields:
+        if name == "m2_options":
+            if getattr(args, "m2_option", None):
+                pairs = args.m2_option
+                options = dict(parse_option(p) for p in pairs)
+                if len(options) != len(pairs):
+                    raise BadInputError(f"an M2 option is given twice in {pairs}")
+                fields[name] = options
+        elif getattr(args, name, None) is not None:
+            fields[name] = getattr(args, name)
+    return ReleaseRequest.build(**{**fields, **overrides})

@@ -1,0 +1,228 @@
+"""The catalog: one DuckDB instance per process, nested blocks, and damaged catalogs.
+
+Everything runs on real DuckDB files in temporary workspaces; the blocks that deadlocked
+before (a nested ``connect()`` in the same thread) run in a child process with a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+from fdptm.cli import main
+from fdptm.errors import BadInputError, CatalogBusyError, CatalogDamagedError
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.storage import catalog as catalog_module
+from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.ledger import Ledger
+from fdptm.storage.workspace import Workspace
+
+
+def _tables(catalog: Catalog) -> set[str]:
+    return {r["table_name"] for r in catalog.query("SELECT table_name FROM duckdb_tables()")}
+
+
+def _used(workspace: Workspace) -> Catalog:
+    """A catalog with a dataset, a cap and 5000 artifact rows (several MB of blocks)."""
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    Ledger(catalog).set_cap("d", 10.0, 1e-5)
+    catalog.execute(
+        "INSERT INTO artifacts SELECT 'a' || i, 'run-' || i, 'stage', 'path/' || i,"
+        " sha256(i::VARCHAR), 'internal', i, ? FROM range(5000) t(i)",
+        [now()],
+    )
+    return catalog
+
+
+def test_the_schema_ddl_runs_once_per_process_per_file(workspace):
+    catalog = Catalog(workspace.create())
+    assert "audit_results" in _tables(catalog)
+    catalog.execute("DROP TABLE audit_results")
+    # Each call used to re-run the DDL, which re-created the table at the next open.
+    assert "audit_results" not in _tables(catalog)
+    assert "audit_results" not in _tables(Catalog(Workspace.resolve(workspace.root)))
+    workspace.catalog_path.unlink()  # a new file (new inode) gets the schema again
+    assert "audit_results" in _tables(catalog)
+
+
+def test_one_duckdb_instance_per_process_and_nothing_held_between_calls(workspace):
+    catalog = Catalog(workspace.create())
+    with catalog.connect() as first:
+        pass
+    with Catalog(Workspace.resolve(workspace.root)).connect() as second:
+        pass
+    assert first is second
+    probe = textwrap.dedent(
+        f"""
+        import fcntl, duckdb
+        with open({str(workspace.lock_path)!r}, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            duckdb.connect({str(workspace.catalog_path)!r}).execute("SELECT 1").close()
+        print("free")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "free", done.stderr
+
+
+NESTED = """
+import json, sys
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.workspace import Workspace
+
+catalog = Catalog(Workspace.resolve(sys.argv[1]).create())
+catalog.ensure_dataset("d", "document")
+out = {}
+with catalog.transaction() as outer:
+    catalog.start_run("r1", "d", "release", {}, "v")
+    with Catalog(Workspace.resolve(sys.argv[1])).connect() as inner:
+        out["same_connection"] = inner is outer
+    with catalog.transaction():
+        catalog.start_stage("r1", "train")
+    out["inside"] = len(catalog.query("SELECT * FROM runs"))
+try:
+    with catalog.transaction():
+        catalog.start_run("r2", "d", "release", {}, "v")
+        with catalog.transaction():
+            catalog.start_stage("r2", "train")
+            raise KeyError("boom")
+except KeyError:
+    pass
+try:
+    with catalog.transaction():
+        catalog.start_run("r3", "d", "release", {}, "v")
+        try:
+            with catalog.transaction():
+                catalog.start_stage("r3", "train")
+                raise KeyError("caught inside")
+        except KeyError:
+            pass
+except RuntimeError as exc:
+    out["caught_nested"] = str(exc)
+out["runs"] = sorted(r["run_id"] for r in catalog.query("SELECT run_id FROM runs"))
+out["stages"] = sorted(r["run_id"] for r in catalog.query("SELECT run_id FROM stage_runs"))
+print(json.dumps(out))
+"""
+
+
+def test_nested_blocks_join_the_outer_one(workspace):
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", NESTED, str(workspace.root)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a nested connect() in the same thread deadlocked on the catalog lock")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["same_connection"] is True and out["inside"] == 1
+    assert out["runs"] == ["r1"] and out["stages"] == ["r1"]  # r2, r3 rolled back whole
+    assert "rolled back" in out["caught_nested"]
+
+
+def _truncation_seen_only_at_query(path) -> int:
+    """A length at which DuckDB still opens the truncated file but a full scan fails."""
+    data = path.read_bytes()
+    probe = path.with_name("probe.duckdb")
+    try:
+        for tenth in range(5, 10):
+            cut = len(data) * tenth // 10
+            probe.write_bytes(data[:cut])
+            try:
+                con = duckdb.connect(str(probe), read_only=True)
+            except duckdb.Error:
+                continue
+            try:
+                con.execute("SELECT * FROM artifacts").fetchall()
+            except duckdb.Error:
+                return cut
+            finally:
+                con.close()
+    finally:
+        probe.unlink(missing_ok=True)
+    pytest.fail("no truncation of this catalog opens and then fails at a query")
+
+
+@pytest.mark.parametrize("damage", ["truncated, seen at query", "truncated", "garbage", "empty"])
+def test_a_damaged_catalog_is_a_clear_error_and_is_left_alone(workspace, capsys, damage):
+    _used(workspace)
+    path = workspace.catalog_path
+    size = path.stat().st_size
+    if damage == "garbage":
+        path.write_bytes(os.urandom(size))
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        cut = _truncation_seen_only_at_query(path) if "query" in damage else size // 3
+        with open(path, "r+b") as fh:
+            fh.truncate(cut)
+    before = path.read_bytes()
+
+    with pytest.raises(CatalogDamagedError) as err:
+        Catalog(workspace).query("SELECT * FROM artifacts")
+    assert isinstance(err.value, BadInputError) and err.value.exit_code == 2
+    message = str(err.value)
+    assert "is damaged" in message and "Nothing was changed" in message
+    assert "Restore catalog.duckdb" in message and "backup" in message
+    with pytest.raises(CatalogDamagedError):  # writers are refused the same way
+        Ledger(Catalog(workspace)).set_cap("d", 5.0, 1e-5, Adjacency.DOCUMENT)
+
+    assert main(["budget", "--dataset", "d", "--workspace", str(workspace.root)]) == 2
+    err = capsys.readouterr().err
+    assert "is damaged" in err and "Traceback" not in err
+    assert path.read_bytes() == before  # never repaired, re-created or written
+    assert not path.with_name("catalog.duckdb.wal").exists()
+
+
+def test_a_missing_catalog_is_not_recreated_when_the_workspace_holds_data(workspace):
+    _used(workspace)
+    batch = workspace.root / "datasets" / "d" / "batches" / "batch=000001" / "part-0.parquet"
+    batch.parent.mkdir(parents=True)
+    batch.write_bytes(b"rows")
+    workspace.catalog_path.unlink()
+    with pytest.raises(CatalogDamagedError, match=r"is missing.*forget the budget"):
+        Catalog(workspace).query("SELECT 1")
+    assert not workspace.catalog_path.exists()
+
+
+def test_a_catalog_held_open_by_another_program_is_reported_busy(workspace, monkeypatch):
+    _used(workspace)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+            " sys.stdin.readline()",
+            str(workspace.catalog_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(catalog_module, "BUSY_TIMEOUT_SECONDS", 0.3)
+        with pytest.raises(CatalogBusyError, match="held open by another program") as err:
+            Catalog(workspace).query("SELECT 1")
+        assert err.value.exit_code == 2
+    finally:
+        holder.communicate("done\n", timeout=30)
+    assert Catalog(workspace).dataset("d")["unit"] == "document"
+
+
+def test_a_restored_copy_is_read_with_its_wal(workspace, tmp_path):
+    catalog = _used(workspace)
+    copy = tmp_path / "copy"
+    shutil.copytree(workspace.root, copy)
+    assert Catalog(Workspace.resolve(copy)).dataset("d")["cap_epsilon"] == 10.0
+    assert catalog.query("SELECT count(*) AS n FROM artifacts")[0]["n"] == 5000

@@ -1,0 +1,247 @@
+"""The noise sources: OpenDP + CSPRNG when unseeded, reproducible numpy when seeded.
+
+OpenDP's draws cannot be seeded, so every statistical test here has a significance level
+of ALPHA = 1e-6 and a tolerance derived from the distribution (never tuned on outcomes):
+a correct sampler fails one of them about once in a million runs.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib.metadata import version
+
+import numpy as np
+import pytest
+import randomgen
+from scipy import stats
+
+from fdptm.evaluation.synthetic import generate_lda
+from fdptm.mechanisms.registry import MECHANISMS, mechanism
+from fdptm.mechanisms.set_union import author_items, select, set_union_params
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.privacy.noise import (
+    GRID_EXPONENT,
+    NUMPY_GAUSSIAN,
+    NUMPY_LAPLACE,
+    OPENDP_GAUSSIAN,
+    OPENDP_GRID_LAPLACE,
+    OPENDP_LAPLACE,
+    SAFE_SAMPLERS,
+    NoiseSource,
+    opendp_measurement,
+)
+
+ALPHA = 1e-6
+N_DRAWS = 50_000
+
+
+# --- the secure path's distributions ----------------------------------------------------
+
+
+def test_opendp_laplace_has_the_stated_scale():
+    """Residuals y - x of OpenDP's Laplace on non-zero inputs against scipy's Laplace(b).
+
+    A 15% larger scale moves the CDF by 0.026 somewhere (at x = 1.07 b), more than the
+    rejection bound (sqrt(ln(2 / ALPHA) / (2 n)) = 0.012 at n = 50,000, the DKW bound)
+    plus 8 standard deviations of the empirical CDF there, so the wrong scale is rejected
+    except with negligible probability.
+    """
+    noise = NoiseSource.create(None)
+    b = 2.5
+    x = np.random.default_rng(0).uniform(-100, 100, N_DRAWS)
+    residual = noise.add_laplace(x, b) - x
+    assert stats.kstest(residual, stats.laplace(scale=b).cdf).pvalue > ALPHA
+    assert stats.kstest(residual, stats.laplace(scale=1.15 * b).cdf).pvalue < ALPHA
+    assert noise.draws == {OPENDP_LAPLACE: N_DRAWS}
+
+
+def test_opendp_gaussian_has_the_stated_sigma():
+    """As above for N(0, sigma^2): 15% off moves the CDF by 0.034 at x = 1.07 sigma (13
+    standard deviations beyond the rejection bound)."""
+    noise = NoiseSource.create(None)
+    sigma = 0.7
+    x = np.random.default_rng(1).uniform(-10, 10, (N_DRAWS // 50, 50))
+    residual = (noise.add_gaussian(x, sigma) - x).ravel()
+    assert stats.kstest(residual, stats.norm(scale=sigma).cdf).pvalue > ALPHA
+    assert stats.kstest(residual, stats.norm(scale=1.15 * sigma).cdf).pvalue < ALPHA
+    assert noise.draws == {OPENDP_GAUSSIAN: N_DRAWS}
+
+
+def test_grid_laplace_lies_on_its_grid_with_the_stated_scale():
+    """OpenDP's discrete Laplace on 2^-20: every draw is an exact multiple of the grid, so an
+    integer count plus a draw is an exact f64 sum (what the count-based baselines rely on),
+    and at a scale of 3 (3 million grid steps) it is Laplace(3) to within the KS bound."""
+    noise = NoiseSource.create(None)
+    draws = noise.grid_laplace(3.0, (N_DRAWS,))
+    steps = draws * 2.0**-GRID_EXPONENT
+    assert np.array_equal(steps, np.round(steps))
+    counts = np.random.default_rng(2).integers(0, 2**31, N_DRAWS)
+    exact = counts * 2**-GRID_EXPONENT + steps.astype(np.int64)  # integers below 2^52
+    assert np.array_equal((counts + draws) * 2.0**-GRID_EXPONENT, exact)
+    assert stats.kstest(draws, stats.laplace(scale=3.0).cdf).pvalue > ALPHA
+    assert noise.draws == {OPENDP_GRID_LAPLACE: N_DRAWS}
+
+
+def test_opendp_measurements_do_not_round_the_input():
+    """The exact samplers' privacy maps equal the mechanisms' at the true sensitivity: OpenDP
+    rounds no input (granularity 2^-1074), so the sensitivity our accountants use holds for
+    what OpenDP actually noises; the released value is the exact sum rounded once."""
+    assert opendp_measurement(OPENDP_LAPLACE, 4.0, 10).map(2.0) == 0.5
+    assert opendp_measurement(OPENDP_GAUSSIAN, 2.0, 10).map(1.0) == 1.0 / 8.0
+    # the grid sampler's map charges rounding that zeros never incur: it is only ever fed 0
+    assert opendp_measurement(OPENDP_GRID_LAPLACE, 4.0, 10).map(2.0) > 0.5
+    tiny = opendp_measurement(OPENDP_GAUSSIAN, 2.0**-1070, 64)(np.zeros(64))
+    grid_steps = np.array(tiny) / 2.0**-1074  # draws in units of the smallest subnormal
+    assert np.array_equal(grid_steps, np.round(grid_steps)) and np.abs(grid_steps).max() > 1
+
+
+def test_large_vectors_keep_their_order_across_worker_chunks():
+    noise = NoiseSource.create(None)
+    x = np.arange(200_000, dtype=np.float64).reshape(400, 500) * 1000.0
+    y = noise.add_laplace(x, 1e-3)  # P(|Laplace(1e-3)| > 1) = e^-1000
+    assert y.shape == x.shape and np.abs(y - x).max() < 1.0
+
+
+def test_secure_source_refuses_what_would_release_true_values():
+    noise = NoiseSource.create(None)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError):
+            noise.add_gaussian(np.ones(3), bad)
+    for source in (noise, NoiseSource.create(1)):
+        with pytest.raises(ValueError, match="finite"):
+            source.add_laplace(np.array([1.0, math.nan]), 1.0)
+        with pytest.raises(ValueError, match="finite"):
+            source.add_laplace(np.array([math.inf]), 1.0)
+    np.testing.assert_array_equal(NoiseSource.create(1).add_gaussian(np.ones(3), 0.0), 1.0)
+    with pytest.raises(ValueError, match="cannot be secure"):
+        NoiseSource(np.random.default_rng(0), seeded=True, secure=True)
+
+
+# --- which source is which ---------------------------------------------------------------
+
+
+def test_unseeded_source_is_opendp_and_chacha():
+    a, b = NoiseSource.create(None), NoiseSource.create(None, 5)
+    for source in (a, b):
+        assert source.secure and not source.seeded
+        bits = source.generator.bit_generator
+        assert isinstance(bits, randomgen.ChaCha) and bits.state["state"]["rounds"] == 20
+    assert not np.array_equal(a.generator.random(8), b.generator.random(8))
+    d = a.describe()
+    assert d["floating_point_safe"] is True
+    assert d["sampler"].startswith(f"OpenDP {version('opendp')} ")
+    assert OPENDP_LAPLACE in d["laplace"] and OPENDP_GAUSSIAN in d["gaussian"]
+    assert "OpenSSL" in d["noise_randomness"]
+    assert "ChaCha (20 rounds)" in d["other_randomness"] and "os.urandom" in d["other_randomness"]
+
+
+def test_seeded_source_is_numpy_and_reproducible():
+    def run(source):
+        return (
+            source.add_laplace(np.arange(6.0), 2.0),
+            source.add_gaussian(np.ones((2, 3)), 0.5),
+            source.grid_laplace(1.0, 4),
+            source.generator.random(3),
+        )
+
+    first, again = run(NoiseSource.create(7, 3)), run(NoiseSource.create(7, 3))
+    other = run(NoiseSource.create(7, 4))
+    internal = run(NoiseSource.internal(7, 3))
+    for a, b, c, d in zip(first, again, other, internal, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, d)
+        assert not np.array_equal(a, c)
+    seeded = NoiseSource.create(7)
+    seeded.add_laplace(np.zeros(3), 1.0)
+    seeded.add_gaussian(np.zeros(2), 1.0)
+    assert seeded.draws == {NUMPY_LAPLACE: 3, NUMPY_GAUSSIAN: 2}
+    d = seeded.describe()
+    assert d["sampler"] == "numpy seeded (tests only)" and d["floating_point_safe"] is False
+    assert d["seeding"].startswith("fixed seed")
+
+
+def test_internal_unseeded_source_is_fast_numpy_and_says_so():
+    source = NoiseSource.internal(None)
+    assert not source.secure and not source.seeded
+    assert isinstance(source.generator.bit_generator, np.random.PCG64)
+    source.add_laplace(np.zeros(4), 1.0)
+    assert source.draws == {NUMPY_LAPLACE: 4}
+    assert source.describe()["sampler"] == "numpy (internal, never released)"
+
+
+# --- every mechanism's release goes through the safe sampler when unseeded ----------------
+
+V, K, T, D = 25, 3, 3, 60
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return generate_lda(D, V, K, doc_length=15, seed=1).corpus
+
+
+def _expected(name: str, options: dict) -> dict[str, tuple[int, int]]:
+    """Per sampler, the (least, most) number of entries the mechanism must noise.
+
+    Ranges where Procedure 1 of spectral configs 2-4 may stop early (a data-dependent
+    failure whose release is the uniform matrix)."""
+    triangle, counts = V * (V + 1) // 2, (D + V) * K
+    config = options.get("config")
+    return {
+        "hdp-lda": {OPENDP_LAPLACE: ((T + 1) * V * K,) * 2},
+        "dp-vi": {OPENDP_GAUSSIAN: (T * V * K,) * 2},
+        "zhu": {OPENDP_GRID_LAPLACE: (counts,) * 2},
+        "cdp-lda": {OPENDP_GRID_LAPLACE: (counts,) * 2},
+        "cdp-lda-plus": {OPENDP_GRID_LAPLACE: (T * counts + V * K,) * 2},
+        "spectral": {OPENDP_GAUSSIAN: (triangle + K**3,) * 2}
+        if config is None
+        else {OPENDP_GAUSSIAN: (triangle, triangle + K**3), OPENDP_LAPLACE: (2, 2)},
+        "spectral-unproven": {OPENDP_GAUSSIAN: (triangle, triangle + K * K), OPENDP_LAPLACE: (1, 2)}
+        if config in (None, 3)
+        else {OPENDP_GAUSSIAN: (0, V * K), OPENDP_LAPLACE: (2, 3)},
+        "topicdp": {OPENDP_GAUSSIAN: (K * V,) * 2},
+        "topicdp-laplace": {OPENDP_LAPLACE: (K * V,) * 2},
+        "topicdp-mvg": {OPENDP_GAUSSIAN: (K * V,) * 2},
+    }[name]
+
+
+CASES = [(name, {}) for name in MECHANISMS] + [
+    ("spectral", {"config": 2}),
+    ("spectral-unproven", {"config": 4}),
+]
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{n}{o}" for n, o in CASES])
+def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, options):
+    m = mechanism(name)
+    context = {
+        "n_topics": K,
+        "adjacency": Adjacency.DOCUMENT,
+        "max_docs_per_author": 1,
+        "max_tokens_per_doc": 1000,
+        "iterations": T,
+    }
+    if name.startswith("topicdp"):
+        options = {"gamma": 0.5}  # fewer sampled neighbours: the noise path is the same
+    epsilon = 300.0 if name == "hdp-lda" else 2.0  # HDP-LDA's inherent loss per iteration
+    params = m.params(epsilon, 1e-5, context, options)
+    noise = NoiseSource.create(None)
+    phi = m.train(corpus, K, params, noise)
+    assert phi.shape == (K, V) and np.allclose(phi.sum(axis=1), 1.0)
+    assert set(noise.draws) <= set(SAFE_SAMPLERS)
+    expected = _expected(name, options)
+    assert set(noise.draws) <= set(expected)
+    for sampler, (least, most) in expected.items():
+        assert least <= noise.draws.get(sampler, 0) <= most, (sampler, noise.draws)
+
+
+@pytest.mark.parametrize("policy", ["weighted", "policy-laplace", "policy-gaussian"])
+def test_dp_set_union_noises_every_candidate_through_opendp(policy):
+    """Authors with fewer words than Delta0 (max_items): every item is a candidate."""
+    rng = np.random.default_rng(3)
+    authors = np.repeat(np.arange(300), 4)
+    items = rng.integers(0, 80, authors.size)
+    table = author_items(authors, items, 80)
+    noise = NoiseSource.create(None)
+    select(table, set_union_params(policy, 1.0, 1e-6, max_items=10), noise)
+    sampler = OPENDP_GAUSSIAN if policy == "policy-gaussian" else OPENDP_LAPLACE
+    assert noise.draws == {sampler: len(np.unique(items))}
