@@ -219,6 +219,13 @@ def _environment_problem(exc: Exception) -> str | None:
             f"{_ENVIRONMENT_ERRORS[exc.errno]}: {exc.strerror} ({exc.filename}). Nothing stored "
             "was lost: every file is written to a temporary name and renamed."
         )
+    if isinstance(exc, RuntimeError) and "Ephemeral server process exited" in str(exc):
+        return (
+            "Prefect's temporary API server exited while starting (its log is above); nothing "
+            "was reserved or spent. A common cause is a Prefect database in PREFECT_HOME "
+            "(~/.prefect) written by another Prefect version: point PREFECT_HOME at an empty "
+            "directory, or run `prefect server start` and export PREFECT_API_URL"
+        )
     if isinstance(exc, RuntimeError) and "ephemeral Prefect API server" in str(exc):
         return (
             "Prefect's temporary API server did not start within "

@@ -27,10 +27,12 @@ def small(tmp_path) -> Workspace:
     return workspace
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(home, **extra: str) -> dict[str, str]:
     """The environment of a user's shell: no fault injection, no test log levels, and no
-    shared API (each process starts its own temporary Prefect server, as the CLI does)."""
+    shared API (each process starts its own temporary Prefect server, as the CLI does, with
+    its database in ``home``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
+    env["PREFECT_HOME"] = str(home)
     return {**env, **extra}
 
 
@@ -69,7 +71,7 @@ def test_budget_into_a_closed_pipe_ends_quietly(small):
         shell=True,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=_env(small.root.parent / "prefect-home"),
         timeout=300,
     )
     assert out.stdout.startswith("dataset 'small'")
@@ -77,7 +79,12 @@ def test_budget_into_a_closed_pipe_ends_quietly(small):
 
 
 def test_prefect_not_starting_in_time_is_a_clear_error_and_reserves_nothing(small):
-    out = release(small, _env(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0"))
+    out = release(
+        small,
+        _env(
+            small.root.parent / "prefect-home", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="0"
+        ),
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "did not start within 0 s" in out.stderr and "Traceback" not in out.stderr
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in out.stderr
@@ -88,7 +95,14 @@ def test_prefect_api_dying_under_a_release_loses_nothing(small):
     """The temporary server is killed (SIGKILL) while M2 runs. The stages keep going (they
     exchange files, not Prefect results): the release is published and its run succeeded;
     only Prefect's own bookkeeping fails, and the command says so without a traceback."""
-    out = release(small, _env(FDPTM_KILL_SERVER_AT="during-train", PREFECT_CLIENT_MAX_RETRIES="1"))
+    out = release(
+        small,
+        _env(
+            small.root.parent / "prefect-home",
+            FDPTM_KILL_SERVER_AT="during-train",
+            PREFECT_CLIENT_MAX_RETRIES="1",
+        ),
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     assert "lost the connection to Prefect's API" in out.stderr

@@ -176,3 +176,15 @@ def test_author_items_groups_distinct_items_with_counts():
     assert t.offsets.tolist() == [0, 2, 4]
     assert t.items.tolist() == [1, 2, 0, 2]
     assert t.counts.tolist() == [1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("policy", ["weighted", "policy-laplace"])
+def test_laplace_thresholds_cap_delta_where_their_tail_bound_stops(policy):
+    """The tail bound behind rho holds for rho >= 1 only: a share of delta above 1/2 is
+    capped at 1/2 (rho stays >= 1), and the params state the delta actually used."""
+    from fdptm.mechanisms.set_union import MAX_LAPLACE_DELTA, set_union_params
+
+    params = set_union_params(policy, 1.0, 0.9, max_items=1)
+    assert params.delta == MAX_LAPLACE_DELTA == 0.5
+    assert params.rho >= 1.0
+    assert set_union_params(policy, 1.0, 0.3, max_items=1).delta == 0.3

@@ -55,6 +55,7 @@ from fdptm.kernels import set_union as kernels
 from fdptm.privacy.noise import NoiseSource
 
 POLICIES = ("weighted", "policy-laplace", "policy-gaussian")
+MAX_LAPLACE_DELTA = 0.5
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,20 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 def set_union_params(
     policy: str, epsilon: float, delta: float, *, alpha: float = 3.0, max_items: int = 50
 ) -> SetUnionParams:
-    """Cut-off, threshold and noise for ``policy`` at (epsilon, delta)."""
+    """Cut-off, threshold and noise for ``policy`` at (epsilon, delta).
+
+    The Laplace policies' thresholds rest on the tail bound P[Lap(1/eps) > x] =
+    exp(-eps x) / 2, which holds for x >= 0 only: the proofs (Gopi et al. Theorem 3.1, and
+    the union bound above) need rho >= 1, i.e. delta <= 1/2 for one candidate. A larger
+    share of delta is capped at 1/2 (``MAX_LAPLACE_DELTA``): the mechanism uses, and its
+    params state, less delta than it was given, never an unproven threshold.
+    """
     if policy not in POLICIES:
         raise BadInputError(f"unknown set-union policy {policy!r}; choose one of {POLICIES}")
     if max_items < 1:
         raise BadInputError(f"max_items (Delta0) must be >= 1, got {max_items}")
     if policy in ("weighted", "policy-laplace"):
+        delta = min(delta, MAX_LAPLACE_DELTA)
         threshold = weighted_threshold if policy == "weighted" else laplace_threshold
         rho = threshold(epsilon, delta, max_items)
         return SetUnionParams(
