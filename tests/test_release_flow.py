@@ -255,7 +255,12 @@ def test_releases_left_shares_what_the_cap_has_left(tmp_path, capsys):
         == 0
     )
     assert main([*run, "--releases-left", "2"]) == 0
-    assert "guarantee: (150, 1e-05)-DP" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "guarantee: (150, 1e-05)-DP" in printed.out
+    assert (  # for the operator, on stderr, never in the release
+        "internal, not DP (never publish): the run read 80 documents of 80 authors; "
+        "contribution bounding dropped 0 of them" in printed.err
+    )
     assert main([*run, "--releases-left", "1"]) == 0
     assert "guarantee: (150, 1e-05)-DP" in capsys.readouterr().out
     assert main([*run, "--releases-left", "1"]) == 3
