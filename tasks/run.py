@@ -313,8 +313,9 @@ def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration,
         )
     if entries.get("train", {}).get("state") not in ("spent", "reserved"):
         raise BadInputError(
-            f"run {run_id} cannot be resumed: M2 was refunded because the DP vocabulary was "
-            "too small; start a new release with more epsilon for M1"
+            f"run {run_id} cannot be resumed: its M2 entry was refunded (the DP vocabulary "
+            "was too small for M2, or an earlier resume died before it read anything); start "
+            "a new release"
         )
     outputs = {"vocabulary": "vocabulary", "train": "topic_word"}
     lost = [
