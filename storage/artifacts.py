@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
-from fdptm.storage.workspace import FILE_MODE, private_mkdir, storage_error
+from fdptm.storage.workspace import FILE_MODE, private_mkdir, storage_errors
 
 
 def file_sha256(path: Path) -> str:
@@ -37,28 +37,24 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> str:
     """Run ``write`` on a private temporary file, fsync it and rename it to ``path``.
 
     Returns the sha256 of what was written. ENOSPC and permission errors become the
-    workspace errors of ``storage_error``, raised after the temporary file is removed.
+    workspace errors of ``storage_errors``, raised after the temporary file is removed.
     """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     created = False
     try:
-        private_mkdir(path.parent)
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-        created = True
-        write(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        sha = file_sha256(tmp)
-        os.replace(tmp, path)
-        created = False
-    except OSError as exc:
-        error = storage_error(exc, path)
-        if error is None:
-            raise
-        raise error from exc
+        with storage_errors(path):
+            private_mkdir(path.parent)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+            created = True
+            write(tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            sha = file_sha256(tmp)
+            os.replace(tmp, path)
+            created = False
     finally:
         if created:
             tmp.unlink(missing_ok=True)

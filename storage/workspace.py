@@ -28,6 +28,8 @@ import shutil
 import stat
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +88,18 @@ def storage_error(exc: OSError, path: Path) -> FdptmError | None:
     return None
 
 
+@contextmanager
+def storage_errors(path: Path) -> Iterator[None]:
+    """Raise ``storage_error``'s clear error for an OSError in the block (others as they are)."""
+    try:
+        yield
+    except OSError as exc:
+        error = storage_error(exc, path)
+        if error is None:
+            raise
+        raise error from exc
+
+
 def not_writable(path: Path, reason: str) -> WorkspaceNotWritableError:
     """The error for a command that must write ``path`` in a workspace it cannot write."""
     return WorkspaceNotWritableError(
@@ -113,15 +127,11 @@ def private_mkdir(path: Path) -> None:
             break
         missing.append(parent)
     for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            error = storage_error(exc, directory)
-            if error is None:
-                raise
-            raise error from exc
+        with storage_errors(directory):
+            try:
+                os.mkdir(directory, DIR_MODE)
+            except FileExistsError:
+                continue
         os.chmod(directory, DIR_MODE)
 
 
@@ -249,20 +259,15 @@ class Workspace:
         tmp = key_path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
         created = False
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            created = True
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_hex(32))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.link(tmp, key_path)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            error = storage_error(exc, key_path)
-            if error is None:
-                raise
-            raise error from exc
+            with storage_errors(key_path):
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                created = True
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                with suppress(FileExistsError):
+                    os.link(tmp, key_path)
         finally:
             if created:
                 tmp.unlink(missing_ok=True)
