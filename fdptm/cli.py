@@ -18,14 +18,11 @@ from pathlib import Path
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
 from fdptm.request import ReleaseRequest, add_arguments, from_arguments, given
+from fdptm.request import default as release_default
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _SHOW_WARNING = warnings.showwarning
-
-
-def _default(name: str):
-    return ReleaseRequest.model_fields[name].get_default(call_default_factory=True)
 
 
 def _quiet_prefect() -> None:
@@ -119,12 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help=f"comma-separated, from: {','.join(MECHANISMS)}",
     )
-    cmp.add_argument("--iterations", type=int, default=_default("iterations"))
-    cmp.add_argument("--m1-fraction", type=float, default=_default("m1_fraction"))
+    cmp.add_argument("--iterations", type=int, default=release_default("iterations"))
+    cmp.add_argument("--m1-fraction", type=float, default=release_default("m1_fraction"))
     cmp.add_argument("--holdout", type=float, default=0.1, help="share of held-out documents")
     cmp.add_argument("--seed", type=int)
-    cmp.add_argument("--max-docs-per-author", type=int, default=_default("max_docs_per_author"))
-    cmp.add_argument("--max-tokens-per-doc", type=int, default=_default("max_tokens_per_doc"))
+    cmp.add_argument(
+        "--max-docs-per-author", type=int, default=release_default("max_docs_per_author")
+    )
+    cmp.add_argument(
+        "--max-tokens-per-doc", type=int, default=release_default("max_tokens_per_doc")
+    )
     cmp.add_argument("--no-progress", action="store_true")
     workspace(cmp)
 

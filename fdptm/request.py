@@ -122,6 +122,11 @@ class ReleaseRequest(BaseModel):
         return self.build(**{**self.model_dump(), **fields})
 
 
+def default(name: str) -> Any:
+    """The default of request field ``name``: the one place a release default lives."""
+    return ReleaseRequest.model_fields[name].get_default(call_default_factory=True)
+
+
 def describe(exc: ValidationError) -> str:
     """One line per invalid field, in the CLI's spelling (``--max-docs-per-author``)."""
     lines = []

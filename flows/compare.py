@@ -21,7 +21,7 @@ from fdptm.errors import BadInputError
 from fdptm.evaluation.comparison import compare, markdown, split_documents
 from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.noise import NoiseSource
-from fdptm.request import ReleaseRequest
+from fdptm.request import default
 from fdptm.storage import recovery
 from fdptm.storage.artifacts import write_json
 from fdptm.storage.catalog import Catalog
@@ -65,11 +65,6 @@ def prepare_task(spec: RunSpec, holdout: float, show: bool):
     return train, test, unit, len(words)
 
 
-def _default(name: str):
-    """A release parameter's default, from the request model (the one place it lives)."""
-    return ReleaseRequest.model_fields[name].get_default()
-
-
 @flow(name="compare", log_prints=False)
 def compare_flow(
     dataset: str,
@@ -77,13 +72,13 @@ def compare_flow(
     delta: float,
     topics: int,
     mechanisms: list[str],
-    iterations: int = _default("iterations"),
+    iterations: int = default("iterations"),
     seed: int | None = None,
     workspace: str | None = None,
-    m1_fraction: float = _default("m1_fraction"),
+    m1_fraction: float = default("m1_fraction"),
     holdout: float = 0.1,
-    max_docs_per_author: int = _default("max_docs_per_author"),
-    max_tokens_per_doc: int = _default("max_tokens_per_doc"),
+    max_docs_per_author: int = default("max_docs_per_author"),
+    max_tokens_per_doc: int = default("max_tokens_per_doc"),
     show_progress: bool = False,
 ) -> dict:
     """Compare ``mechanisms``; returns the table's rows and where the files are."""

@@ -17,15 +17,11 @@ from fdptm.mechanisms.registry import Mechanism, mechanism
 from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
-from fdptm.request import ReleaseRequest
+from fdptm.request import ReleaseRequest, default
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 
 STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3}
-
-
-def _default(name: str) -> Any:
-    return ReleaseRequest.model_fields[name].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)
@@ -38,24 +34,24 @@ class RunSpec:
     epsilon: float
     delta: float
     topics: int
-    iterations: int = _default("iterations")
-    mechanism: str = _default("mechanism")
-    seed: int | None = _default("seed")
+    iterations: int = default("iterations")
+    mechanism: str = default("mechanism")
+    seed: int | None = default("seed")
     bounding_seed: int = 0
-    set_union_policy: str = _default("set_union_policy")
+    set_union_policy: str = default("set_union_policy")
     set_union_alpha: float = 3.0
     max_items_per_author: int = 50
-    m1_fraction: float = _default("m1_fraction")
+    m1_fraction: float = default("m1_fraction")
     lda_alpha: float = 1.0
     lda_beta: float = 0.01
     m2_options: dict[str, Any] = field(default_factory=dict)
-    allow_unproven: bool = _default("allow_unproven")
-    baseline: bool = _default("baseline")
-    releases_left: int | None = _default("releases_left")
+    allow_unproven: bool = default("allow_unproven")
+    baseline: bool = default("baseline")
+    releases_left: int | None = default("releases_left")
     batches: tuple[int, ...] = ()
     bounds: Bounds = field(
         default_factory=lambda: Bounds(
-            _default("max_docs_per_author"), _default("max_tokens_per_doc")
+            default("max_docs_per_author"), default("max_tokens_per_doc")
         )
     )
     pre: PreConfig = field(default_factory=PreConfig)
