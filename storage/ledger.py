@@ -29,6 +29,11 @@ Arithmetic is exact: totals are summed as decimals of each stored float's shorte
 (``fdptm.privacy.accountant.compose``), so a cap of (10, 5e-5) holds exactly five runs of
 (2, 1e-5), and a refusal message's "needs" and "remaining" come from the same numbers.
 
+Public datasets (declared with ``fdptm ingest --public`` when they are created, never
+afterwards) are not private data: the ledger never charges them (``reserve``, ``check`` and
+``set_cap`` refuse them) and ``require_public`` is the one gate through which a release reads
+a dataset free of charge, as its vocabulary or prior. A private dataset never passes it.
+
 Entries are stored in each mechanism's own adjacency. Totals are composed at a chosen unit
 with ``fdptm.privacy.accountant.compose``, converting explicitly (and refusing entries that
 are weaker than the unit: a word-level spend has no author-level bound).
@@ -67,6 +72,13 @@ class Cap:
     unit: Adjacency
 
 
+PUBLIC_NOT_CHARGED = (
+    "dataset {dataset!r} is public: the ledger never charges it, so it has no budget and no DP "
+    "release of its own (one would protect nothing). Use it in a release of a private dataset "
+    "as --vocabulary public:{dataset} or --prior {dataset}"
+)
+
+
 def _spends(rows: list[dict[str, Any]]) -> list[tuple[float, float, Adjacency]]:
     return [(r["epsilon"], r["delta"], Adjacency(r["adjacency"])) for r in rows]
 
@@ -97,6 +109,22 @@ class Ledger:
             raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
         return Adjacency(row["unit"])
 
+    def is_public(self, dataset: str) -> bool:
+        """True for a dataset declared public at creation (``fdptm ingest --public``)."""
+        row = self.catalog.dataset(dataset)
+        if row is None:
+            raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
+        return bool(row["public"])
+
+    def require_public(self, dataset: str, use: str) -> None:
+        """Refuse to read ``dataset`` free of charge (as ``use``) unless it was declared public."""
+        if not self.is_public(dataset):
+            raise BadInputError(
+                f"dataset {dataset!r} is private: it cannot be used as {use}, which is read "
+                "without charging the ledger. Only a dataset ingested with --public can; a "
+                "private dataset never becomes public"
+            )
+
     def authors_are_documents(self, dataset: str) -> bool:
         """True for document-unit datasets, where every document is its own author."""
         return self.default_unit(dataset) == Adjacency.DOCUMENT
@@ -109,8 +137,11 @@ class Ledger:
         delta = check_delta(delta, "cap delta")
         unit = unit or self.default_unit(dataset)
         with self.catalog.transaction() as con:
-            if not con.execute("SELECT 1 FROM datasets WHERE name = ?", [dataset]).fetchone():
+            row = con.execute("SELECT public FROM datasets WHERE name = ?", [dataset]).fetchone()
+            if row is None:
                 raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
+            if row[0]:
+                raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
             con.execute(
                 "UPDATE datasets SET cap_epsilon = ?, cap_delta = ?, cap_unit = ? WHERE name = ?",
                 [epsilon, delta, unit.value, dataset],
@@ -171,11 +202,13 @@ class Ledger:
 
     def _check(self, con, dataset: str, stages, accounting: dict[str, dict]) -> None:
         row = con.execute(
-            "SELECT cap_epsilon, cap_delta, cap_unit, unit FROM datasets WHERE name = ?",
+            "SELECT cap_epsilon, cap_delta, cap_unit, unit, public FROM datasets WHERE name = ?",
             [dataset],
         ).fetchone()
         if row is None:
             raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
+        if row[4]:
+            raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
         if row[0] is None:
             return
         cap = Cap(row[0], row[1], Adjacency(row[2]))

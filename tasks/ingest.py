@@ -467,6 +467,27 @@ def _declare_unit(
     return unit
 
 
+def _declare_public(existing: bool | None, public: bool, dataset: str) -> None:
+    """Refuse a batch whose visibility differs from its dataset's, fixed at creation.
+
+    A public dataset is never charged by the ledger and may feed any release as its
+    vocabulary or prior, so private rows must never enter one; and a private dataset can
+    never become public, which would stop charging for data that was read as private.
+    """
+    if existing is None or existing == public:
+        return
+    if existing:
+        raise BadInputError(
+            f"dataset {dataset!r} is public (declared with --public when it was created); a "
+            "batch added to it must be declared public too. If this file is public, pass "
+            "--public; if it is private, ingest it into another dataset"
+        )
+    raise BadInputError(
+        f"dataset {dataset!r} is private; a dataset never becomes public (the ledger has "
+        "charged its releases). Ingest public data into a new dataset with --public"
+    )
+
+
 def ingest(
     path: str | Path,
     dataset: str,
@@ -474,6 +495,7 @@ def ingest(
     *,
     fmt: str | None = None,
     unit: str | None = None,
+    public: bool = False,
     max_text_chars: int = MAX_TEXT_CHARS,
     text_column: str | None = None,
     id_column: str | None = None,
@@ -484,7 +506,9 @@ def ingest(
 
     The ``*_column`` arguments name the input column of each field; left None, a field is
     read from the column named ``text``, ``doc_id``, ``author_id`` or ``ts`` if the file has
-    it. A named column must exist.
+    it. A named column must exist. ``public`` declares the dataset public (not private:
+    never charged, usable as any release's vocabulary or prior); it is fixed when the
+    dataset is created and every later batch must say the same.
     """
     check_name(dataset)
     if unit not in (None, "author", "document"):
@@ -496,6 +520,7 @@ def ingest(
     catalog = Catalog(workspace)
     existing = catalog.dataset(dataset)
     declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
+    _declare_public(existing and bool(existing["public"]), public, dataset)
     run_id = f"ingest-{uuid.uuid4().hex[:12]}"
     params = {"source": str(source), "columns": rows.mapping}
     recovery.claim(workspace, run_id)  # a live ingest is never closed as dead
@@ -503,7 +528,16 @@ def ingest(
         catalog.start_run(run_id, dataset, "ingest", params, __version__)
         try:
             result = _ingest(
-                source, rows, dataset, declared, unit, workspace, catalog, run_id, max_text_chars
+                source,
+                rows,
+                dataset,
+                declared,
+                unit,
+                public,
+                workspace,
+                catalog,
+                run_id,
+                max_text_chars,
             )
         except BaseException as exc:
             catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
@@ -520,6 +554,7 @@ def _ingest(
     dataset: str,
     declared: str,
     requested: str | None,
+    public: bool,
     workspace: Workspace,
     catalog: Catalog,
     run_id: str,
@@ -554,8 +589,9 @@ def _ingest(
     _check_stored(source, dataset, frame, typed, owners, reasons_per_row)
     with catalog.transaction() as con:
         # again: another ingest may have created the dataset, or stored batches, since
-        row = con.execute("SELECT unit FROM datasets WHERE name = ?", [dataset]).fetchone()
+        row = con.execute("SELECT unit, public FROM datasets WHERE name = ?", [dataset]).fetchone()
         _declare_unit(row and row[0], requested, rows, dataset, source.name)
+        _declare_public(row and bool(row[1]), public, dataset)
         now_stored = con.execute(
             "SELECT seq, path, sha256, source_sha256 FROM batches WHERE dataset = ? ORDER BY seq",
             [dataset],
@@ -577,8 +613,9 @@ def _ingest(
                 f"({_summary(counts)}); see {workspace.root / rejects_rel}"
             )
         con.execute(
-            "INSERT INTO datasets (name, unit, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            [dataset, declared, now()],
+            "INSERT INTO datasets (name, unit, created_at, public) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            [dataset, declared, now(), public],
         )
         table = pa.table(
             {

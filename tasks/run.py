@@ -49,7 +49,7 @@ from fdptm.privacy.adjacency import Adjacency, weakest
 from fdptm.request import ReleaseRequest
 from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.ledger import Ledger
+from fdptm.storage.ledger import PUBLIC_NOT_CHARGED, Ledger
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
@@ -190,10 +190,13 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int,
             f"no dataset named {dataset!r} in {workspace.root}; known: {known or 'none'}. "
             "Ingest it first with `fdptm ingest PATH --dataset NAME`"
         )
+    ledger = Ledger(catalog)
+    if ledger.is_public(dataset):
+        raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
     batches = tuple(b["seq"] for b in catalog.batches(dataset))
     if not batches:
         raise BadInputError(f"dataset {dataset!r} has no batches; ingest data first")
-    return Ledger(catalog), batches
+    return ledger, batches
 
 
 def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:
