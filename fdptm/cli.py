@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="privacy unit of a new dataset (default: author if the file has an author "
         "column, present or mapped, else document); fixed once the dataset exists",
     )
+    ingest.add_argument(
+        "--public",
+        action="store_true",
+        help="declare the dataset public (e.g. published text): never charged by the ledger, "
+        "usable as any release's --vocabulary public:NAME or --prior NAME. Fixed when the "
+        "dataset is created; every batch of a public dataset must pass it",
+    )
     ingest.add_argument("--max-text-chars", type=int, default=1_000_000)
     for field, option, default in (
         ("text", "--text-column", "text"),
@@ -295,6 +302,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         Workspace.resolve(args.workspace),
         fmt=args.format,
         unit=args.unit,
+        public=args.public,
         max_text_chars=args.max_text_chars,
         text_column=args.text_column,
         id_column=args.id_column,
@@ -553,6 +561,12 @@ def cmd_budget(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
         return 0
     cap = report["cap"]
+    if report["public"]:
+        print(
+            f"dataset {args.dataset!r} is public: the ledger never charges it (use it as "
+            f"--vocabulary public:{args.dataset} or --prior {args.dataset})"
+        )
+        return 0
     print(f"dataset {args.dataset!r} (privacy unit: {report['dataset_unit']})")
     if cap:
         print(
@@ -615,6 +629,7 @@ def budget_report(ledger, dataset: str) -> dict:
     report = {
         "dataset": dataset,
         "dataset_unit": ledger.default_unit(dataset).value,
+        "public": ledger.is_public(dataset),
         "cap": None,
         "totals": totals,
         "entries": [
