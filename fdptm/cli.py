@@ -418,8 +418,10 @@ def _print_release(outcome: dict) -> None:
     print(f"run id:    {outcome['run_id']}")
     print(f"release:   {outcome['release_path']}")
     print(f"guarantee: {outcome['statement']}, {outcome['adjacency']}-level adjacency")
-    for i, words in enumerate(outcome["top_words"]):
-        print(f"  topic {i}: {' '.join(words)}")
+    print("top words (only those above their topic's floor, with probabilities):")
+    for t in outcome["topics"]:
+        words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
+        print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
+from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
 from fdptm.faults import checkpoint
 from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
@@ -85,8 +86,10 @@ def publish_task(spec: RunSpec, vocab: dict, topic_word: dict) -> str:
 
 @dataclass(frozen=True)
 class ReleaseOutcome:
-    """What a release run returns. ``internal`` holds operator counts (not DP, never in
-    the release): documents read, authors, documents dropped by contribution bounding."""
+    """What a release run returns. ``topics`` is the manifest's: per topic, ``no_signal``,
+    ``floor`` and ``words`` ({word, probability}, only words above the floor). ``internal``
+    holds operator counts (not DP, never in the release): documents read, authors, documents
+    dropped by contribution bounding."""
 
     run_id: str
     release_path: str
@@ -95,7 +98,7 @@ class ReleaseOutcome:
     adjacency: str
     notion: str
     statement: str
-    top_words: list[list[str]]
+    topics: list[dict]
     internal: dict[str, int]
 
 
@@ -124,7 +127,7 @@ def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
         g["adjacency"],
         g["notion"],
         g["statement"],
-        manifest["top_words"],
+        manifest["topics"],
         stages.operator_counts(spec),
     )
     try:
@@ -189,9 +192,21 @@ def _summary(outcome: ReleaseOutcome, manifest: dict) -> str:
         "",
         f"Vocabulary size: {manifest['model']['vocabulary_size']}",
         "",
-        "| topic | top words |",
-        "|---|---|",
+        "Top words: only words strictly above their topic's floor (its lowest probability, "
+        "where the words whose noisy counts were floored tie), with their probabilities. "
+        "*No signal*: no word above the floor, or total-variation distance to uniform below "
+        f"{NEAR_UNIFORM_TV:g}.",
+        "",
+        "| topic | floor | top words (probability) |",
+        "|---|---|---|",
     ]
-    lines += [f"| {i} | {' '.join(ws)} |" for i, ws in enumerate(outcome.top_words)]
+    lines += [f"| {t['topic']} | {t['floor']} | {_words_cell(t)} |" for t in outcome.topics]
     lines += ["", f"Files: `{outcome.release_path}`"]
     return "\n".join(lines)
+
+
+def _words_cell(topic: dict) -> str:
+    """A topic's words with probabilities, or *no signal*."""
+    if topic["no_signal"]:
+        return "*no signal*"
+    return ", ".join(f"{w['word']} {w['probability']}" for w in topic["words"])

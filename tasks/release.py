@@ -5,7 +5,9 @@ Files are assembled in the run's internal directory, validated with Great Expect
 k rows, the manifest's guarantee equal to the ledger's spends), and only then moved into
 ``<workspace>/releases/<run_id>/`` and recorded in the ``releases`` table. Nothing that is
 not DP goes there: no counts, no input sizes, no seeds, no plain hashes of private inputs
-(inputs are identified by keyed commitments, see ``Workspace.commitment``).
+(inputs are identified by keyed commitments, see ``Workspace.commitment``). The manifest's
+``topics`` list each topic's words only while they are strictly above the row's floor, with
+their probabilities, and flag topics with no signal (``fdptm.evaluation.topwords``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fdptm.errors import FdptmError
+from fdptm.evaluation.topwords import no_signal, row_floor, top_words
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
@@ -37,6 +40,7 @@ from fdptm.tasks.validation import Check, failed_checks, failing_rows
 from fdptm.version import code_version
 
 TOP_WORDS = 10
+SIGNIFICANT_DIGITS = 4
 SEEDED = (
     " as calibrated, but this is a TEST RUN with a fixed seed: anyone who knows the seed can "
     "remove the noise, so it is NOT differentially private; never publish it"
@@ -77,10 +81,39 @@ NOT_COVERED = {
 }
 
 
-def top_words(phi: np.ndarray, words: list[str], n: int = TOP_WORDS) -> list[list[str]]:
-    """The n most probable words of each topic (from the DP matrix: post-processing)."""
-    order = np.argsort(-phi, axis=1, kind="stable")[:, :n]
-    return [[words[j] for j in row] for row in order]
+def _digits(floor: float, lowest: float | None) -> int:
+    """Significant digits for a topic's numbers: ``SIGNIFICANT_DIGITS``, or as many more as it
+    takes for its lowest listed probability to read above its floor (17 tell any two floats
+    apart), so that no listed word reads as equal to the floor."""
+    digits = SIGNIFICANT_DIGITS
+    while lowest is not None and f"{lowest:.{digits}g}" == f"{floor:.{digits}g}":
+        digits += 1
+    return digits
+
+
+def topic_summaries(phi: np.ndarray, words: list[str], n: int = TOP_WORDS) -> list[dict]:
+    """The manifest's ``topics``: per topic its floor (the row's minimum probability), its
+    ``no_signal`` flag and up to n words strictly above the floor with their probabilities,
+    rounded to ``SIGNIFICANT_DIGITS`` (more where a word is that close to the floor).
+
+    Post-processing of the DP matrix (``fdptm.evaluation.topwords``): words tied at the floor
+    are DP noise ties, not topic words, and are never listed.
+    """
+    summaries = []
+    for i, (row, listed, flag) in enumerate(
+        zip(phi, top_words(phi, words, n), no_signal(phi), strict=True)
+    ):
+        floor = row_floor(row)
+        digits = _digits(floor, listed[-1][1] if listed else None)
+        summaries.append(
+            {
+                "topic": i,
+                "no_signal": flag,
+                "floor": float(f"{floor:.{digits}g}"),
+                "words": [{"word": w, "probability": float(f"{p:.{digits}g}")} for w, p in listed],
+            }
+        )
+    return summaries
 
 
 def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
@@ -116,7 +149,7 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
     su = calibration.m1
     batches = run_batches(spec)
     return {
-        "manifest_version": 1,
+        "manifest_version": 2,
         "run_id": spec.run_id,
         "dataset": spec.dataset,
         "release_date": now().date().isoformat(),
@@ -197,7 +230,7 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
             "length vocabulary_size aligned with vocabulary.parquet's 'index'",
         },
         "code_version": code_version(),
-        "top_words": top_words(phi, words),
+        "topics": topic_summaries(phi, words),
     }
 
 

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fdptm.cli import main
+from fdptm.evaluation.topwords import no_signal, top_words
 from fdptm.storage.catalog import Catalog
 from fdptm.tasks.ingest import ingest
 
@@ -73,7 +74,20 @@ def test_release_files_and_guarantee(released):
     )
     assert phi.shape == (5, vocab.num_rows)
     assert np.allclose(phi.sum(1), 1) and not np.isnan(phi).any()
-    assert len(manifest["top_words"]) == 5 and all(len(t) == 10 for t in manifest["top_words"])
+    # each topic's words: only those strictly above its floor, with their probabilities
+    words = vocab.column("word").to_pylist()
+    assert manifest["manifest_version"] == 2 and len(manifest["topics"]) == 5
+    for t, row, listed, flag in zip(
+        manifest["topics"], phi, top_words(phi, words), no_signal(phi), strict=True
+    ):
+        assert t["no_signal"] is flag and t["floor"] == pytest.approx(row.min(), rel=1e-3)
+        assert [w["word"] for w in t["words"]] == [w for w, _ in listed]
+        assert all(w["probability"] > t["floor"] for w in t["words"])
+        assert all(row[words.index(w["word"])] > row.min() for w in t["words"])
+        assert [w["probability"] for w in t["words"]] == pytest.approx(
+            [p for _, p in listed], rel=1e-3
+        )
+    assert not all(t["no_signal"] for t in manifest["topics"])
     text = (path / "manifest.json").read_text()
     batch = Catalog(workspace).batches("pheme")[0]
     assert batch["sha256"] not in text  # private inputs appear only as keyed commitments
@@ -198,6 +212,11 @@ def test_demo(tmp_path, capsys):
     assert "guarantee: (500, 1e-05)-DP as calibrated, but this is a TEST RUN" in out
     assert out.rstrip().count("word-level adjacency") == 1
     assert out.count("  topic ") == 5
+    # each topic: its words above the floor with their probabilities, or "no signal"
+    listed = re.findall(r"^  topic \d+: (.*)$", out, re.MULTILINE)
+    word = r"[a-z]+ \d\.?\d*(e-\d+)?"
+    assert len(listed) == 5
+    assert all(t == "no signal" or re.fullmatch(rf"{word}(, {word})*", t) for t in listed)
 
 
 def test_prefect_artifact_summarises_the_release(released):
@@ -210,7 +229,13 @@ def test_prefect_artifact_summarises_the_release(released):
     artifact = Artifact.get(artifact_key("pheme"))
     assert artifact is not None and out["run_id"] in artifact.data
     assert "**word-level**" in artifact.data
-    assert " ".join(out["top_words"][0]) in artifact.data
+    for t in out["topics"]:
+        cell = (
+            "*no signal*"
+            if t["no_signal"]
+            else ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
+        )
+        assert f"| {t['topic']} | {t['floor']} | {cell} |" in artifact.data
 
 
 def test_releases_left_shares_what_the_cap_has_left(tmp_path, capsys):

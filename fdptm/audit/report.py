@@ -2,9 +2,11 @@
 
 One self-contained directory per audit: ``audit.json`` (the numbers), ``roc-<attack>.png``
 (ROC on log-log axes, as the FDPTM paper plots them, with the chance diagonal) and
-``report.html`` (the release's guarantee and per-stage budgets, the top words per topic,
-every attack's AUC, TPR at 0.1% and 1% FPR and epsilon lower bound against the claim, the
-plots). The report says on top that it is not DP and must not be published.
+``report.html`` (the release's guarantee and per-stage budgets, the utility measures, every
+attack's AUC, TPR at 0.1% and 1% FPR and epsilon lower bound against the claim, the plots,
+and each topic's words above its floor with their probabilities, or "no signal"). The report
+says on top that it is not DP and must not be published. Every string from the release
+(words included) is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from fdptm.audit.lira import Roc
+from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
+
+# Utility measures shown when the audit's utility block has them (a value, not None):
+# (key, header, format). UMass, perplexities and the distance to the non-private model are
+# always there.
+OPTIONAL_UTILITY = [
+    ("npmi", "NPMI (gensim)", ".3f"),
+    ("topic_diversity", "topic diversity", ".3f"),
+    ("words_above_floor", "top words above the floor (mean per topic)", ".2f"),
+    ("heldout_loglik_per_token", "held-out log-likelihood per token", ".3f"),
+]
 
 
 def roc_plot(curve: Roc, title: str, path: Path) -> None:
@@ -63,8 +76,17 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
         ],
     )
     topics = _table(
-        ["topic", "top words"],
-        [[str(i), " ".join(ws)] for i, ws in enumerate(manifest["top_words"])],
+        ["topic", "floor", "top words (probability)"],
+        [
+            [
+                str(t["topic"]),
+                str(t["floor"]),
+                "no signal"
+                if t["no_signal"]
+                else ", ".join(f"{w['word']} {w['probability']}" for w in t["words"]),
+            ]
+            for t in manifest["topics"]
+        ],
     )
     attacks = _table(
         ["attack", "tests", "AUC", "TPR at 0.1% FPR", "TPR at 1% FPR", "epsilon lower bound"],
@@ -81,32 +103,22 @@ def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) 
         ],
     )
     u = report["utility"]
-    utility = _table(
-        [
-            "vocabulary",
-            "UMass (eq. 4)",
-            "NPMI (gensim)",
-            "perplexity (in-sample)",
-            "perplexity (held-out)",
-            "L1 to non-private",
-            "RMSE",
-            "Kendall tau",
-            "non-private UMass",
+    columns = [
+        ("vocabulary", str(u["vocabulary_size"])),
+        ("UMass (eq. 4)", f"{u['umass']:.2f}"),
+        *[
+            (header, f"{u[key]:{spec}}")
+            for key, header, spec in OPTIONAL_UTILITY
+            if u.get(key) is not None
         ],
-        [
-            [
-                str(u["vocabulary_size"]),
-                f"{u['umass']:.2f}",
-                f"{u['npmi']:.3f}",
-                f"{u['perplexity_in_sample']:.1f}",
-                f"{u['perplexity_held_out']:.1f}",
-                f"{u['against_non_private']['l1']:.3f}",
-                f"{u['against_non_private']['rmse']:.2e}",
-                f"{u['against_non_private']['kendall_tau']:.3f}",
-                f"{u['non_private_umass']:.2f}",
-            ]
-        ],
-    )
+        ("perplexity (in-sample)", f"{u['perplexity_in_sample']:.1f}"),
+        ("perplexity (held-out)", f"{u['perplexity_held_out']:.1f}"),
+        ("L1 to non-private", f"{u['against_non_private']['l1']:.3f}"),
+        ("RMSE", f"{u['against_non_private']['rmse']:.2e}"),
+        ("Kendall tau", f"{u['against_non_private']['kendall_tau']:.3f}"),
+        ("non-private UMass", f"{u['non_private_umass']:.2f}"),
+    ]
+    utility = _table([h for h, _ in columns], [[v for _, v in columns]])
     images = "".join(
         f'<figure><img src="{html.escape(file)}" alt="ROC {html.escape(name)}">'
         f"<figcaption>{html.escape(name)}</figcaption></figure>"
@@ -163,7 +175,11 @@ the target's theta-hat globally. "m2-" attacks use models that all keep the rele
 vocabulary, so only M2 sees the half: they test
 M2 alone.</p>{attacks}
 <h2>ROC curves</h2>{images}
-<h2>Top words (from the release)</h2>{topics}
+<h2>Top words (from the release)</h2>
+<p>Post-processing of the released matrix. A topic's words are listed only while strictly
+above its floor (the row's lowest probability, where the words whose noisy counts were
+floored tie), with their probabilities. "no signal": no word above the floor, or
+total-variation distance to uniform below {NEAR_UNIFORM_TV:g}.</p>{topics}
 </body></html>
 """
     path.write_text(page, encoding="utf-8")
