@@ -62,7 +62,7 @@ def prepare_task(spec: RunSpec, holdout: float, show: bool):
         )
     corpus = corpus_of(sanitize(bounded, words), len(words))
     train, test = split_documents(corpus, holdout, spec.bounding_seed)
-    return train, test, unit, len(words)
+    return train, test, unit
 
 
 @flow(name="compare", log_prints=False)
@@ -110,10 +110,9 @@ def compare_flow(
     recovery.claim(root, spec.run_id)
     catalog.start_run(spec.run_id, dataset, "compare", spec.to_dict(), code_version())
     try:
-        train, test, unit, vocabulary_size = prepare_task(spec, holdout, show_progress)
+        train, test, unit = prepare_task(spec, holdout, show_progress)
         with tqdm(total=len(mechanisms), desc="mechanisms", disable=not show_progress) as bar:
             rows, meta = compare(train, test, spec, unit, mechanisms, oov=True, progress=bar.update)
-        meta["vocabulary_size"] = vocabulary_size
         out = root.run_dir(spec.run_id)
         out.mkdir(parents=True, exist_ok=True)
         table = markdown(rows, meta)

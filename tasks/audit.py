@@ -32,8 +32,8 @@ from fdptm.audit.lira import normality_check, roc
 from fdptm.audit.report import roc_plot, write_html
 from fdptm.audit.shadows import (
     ModelScores,
+    complement_loglik_per_token,
     half_masks,
-    held_out_perplexity,
     score_documents,
     train_on,
     universe_size,
@@ -216,14 +216,19 @@ def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelSco
     pipeline = scores(model)
     if index == 0:  # the configuration's held-out utility, on the half the target never saw
         pipeline = replace(
-            pipeline, held_out_perplexity=held_out_perplexity(model, bounded, members)
+            pipeline,
+            held_out_loglik_per_token=complement_loglik_per_token(model, bounded, members),
         )
     noise = NoiseSource.internal(plan.spec.seed, 100 + len(plan.masks) + index)
     return pipeline, scores(train_on(bounded, members, released_vocabulary, train, noise))
 
 
-def release_utility(plan: AuditPlan, workspace: Workspace, catalog: Catalog) -> dict:
-    """The utility block of the released matrix on the run's sanitized documents."""
+def release_utility(
+    plan: AuditPlan, workspace: Workspace, catalog: Catalog, heldout_loglik_per_token: float
+) -> dict:
+    """The utility block of the released matrix on the run's sanitized documents, with the
+    target model's held-out log-likelihood per token (the release itself has no held-out
+    documents; ``fdptm.audit.utility``)."""
     spec, words = plan.spec, list(plan.vocabulary)
     release = workspace.release_dir(spec.run_id)
     phi = np.stack(
@@ -233,7 +238,14 @@ def release_utility(plan: AuditPlan, workspace: Workspace, catalog: Catalog) -> 
     )
     row = catalog.artifact(f"run/{spec.run_id}/sanitized_tokens")
     sanitized = corpus_of(read_parquet(workspace.root / row["path"], row["sha256"]), len(words))
-    return utility(phi, words, sanitized, iterations=plan.run.iterations, seed=spec.seed)
+    return utility(
+        phi,
+        words,
+        sanitized,
+        heldout_loglik_per_token=heldout_loglik_per_token,
+        iterations=plan.run.iterations,
+        seed=spec.seed,
+    )
 
 
 def _failure(plan: AuditPlan, outcome: dict, out: Path) -> str:
@@ -294,10 +306,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "claims_per_document": {k: c.to_dict() for k, c in plan.claims.items()},
         "attacks": results,
         "normality": normality_check(shadow, plan.masks[1:]).to_dict(),
-        "utility": {
-            **release_utility(plan, workspace, catalog),
-            "perplexity_held_out": pipeline[0].held_out_perplexity,
-        },
+        "utility": release_utility(plan, workspace, catalog, pipeline[0].held_out_loglik_per_token),
         **outcome,
     }
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -41,9 +42,14 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     assert report["verdict"] == "passed" and report["shadows"] == 4
     u = report["utility"]
     assert u["vocabulary_size"] > 10 and -1 <= u["npmi"] <= 1 and u["umass"] < 0
+    assert 0 < u["topic_diversity"] <= 1 and 0 <= u["words_above_floor"] <= 10
     assert 0 <= u["against_non_private"]["l1"] <= 2 and u["perplexity_in_sample"] > 1
     # the target model on the half it never saw
-    assert 1 < u["perplexity_held_out"] < float("inf")
+    assert -math.inf < u["heldout_loglik_per_token"] < 0
+    assert u["perplexity_held_out"] == pytest.approx(math.exp(-u["heldout_loglik_per_token"]))
+    # the non-private model on the same documents, side by side
+    assert -1 <= u["non_private_npmi"] <= 1 and 0 < u["non_private_topic_diversity"] <= 1
+    assert 0 <= u["non_private_words_above_floor"] <= 10
     # the release's claim and each stage's share of the default split (25% / 75%)
     claims = {k: c["epsilon"] for k, c in report["claims_per_document"].items()}
     assert claims == pytest.approx({"release": 5.0, "M1": 1.25, "M2": 3.75})

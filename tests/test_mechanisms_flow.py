@@ -142,6 +142,7 @@ def test_compare_is_internal_and_spends_nothing(pheme_ws, capsys):
     assert "NOT differentially private" in out
     assert "| hdp-lda | (7.5, 0)-DP | word |" in out
     assert "| cdp-lda | unproven claim of (7.5, 0)-DP | word |" in out
+    assert "| NPMI | diversity | above floor | held-out LL/token | UMass |" in out
     assert _ledger_size(pheme_ws) == before
     catalog = Catalog(pheme_ws)
     run = catalog.query("SELECT run_id, status FROM runs WHERE kind = 'compare'")[0]
@@ -150,6 +151,9 @@ def test_compare_is_internal_and_spends_nothing(pheme_ws, capsys):
     assert art["visibility"] == "internal" and "/releases/" not in art["path"]
     table = json.loads((pheme_ws.root / art["path"]).read_text())
     assert [r["mechanism"] for r in table["rows"]][1:] == ["hdp-lda", "cdp-lda"]
+    for r in table["rows"]:
+        assert -1 <= r["npmi"] <= 1 and 0 <= r["topic_diversity"] <= 1
+        assert 0 <= r["words_above_floor"] <= 10 and r["heldout_loglik_per_token"] < 0
     assert (
         main(
             [

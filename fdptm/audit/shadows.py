@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from fdptm.audit.statistics import DocumentStatistics, document_statistics
 from fdptm.evaluation.comparison import without_word
-from fdptm.evaluation.metrics import completion_perplexity, doc_word_matrix
+from fdptm.evaluation.metrics import doc_word_matrix, heldout_loglik_per_token
 from fdptm.mechanisms.lda import Corpus
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
@@ -37,7 +37,7 @@ VocabularySelector = Callable[[pa.Table, NoiseSource], list[str]]
 
 OOV_MASS = 1e-6
 """Probability mass the release-level statistic gives to words outside S (as
-``fdptm.evaluation.metrics.completion_perplexity`` mixes in a uniform 1e-6)."""
+``fdptm.evaluation.metrics.heldout_loglik_per_token`` mixes in a uniform 1e-6)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ModelScores:
     in_vocabulary: DocumentStatistics
     kept: np.ndarray
     release_zeta: np.ndarray
-    held_out_perplexity: float = float("nan")
+    held_out_loglik_per_token: float = float("nan")
 
 
 def half_masks(n_docs: int, n_models: int, generator: np.random.Generator) -> np.ndarray:
@@ -99,9 +99,12 @@ def train_on(
     return TrainedModel(words, drop_oov(train_m2(corpus, noise)))
 
 
-def held_out_perplexity(model: TrainedModel, bounded: pa.Table, members: np.ndarray) -> float:
-    """Document-completion perplexity of the documents outside ``members`` under ``model``
-    (their tokens in its vocabulary); NaN when no such document has two tokens to split."""
+def complement_loglik_per_token(
+    model: TrainedModel, bounded: pa.Table, members: np.ndarray
+) -> float:
+    """Document-completion log-likelihood per token of the documents outside ``members``
+    under ``model`` (their tokens in its vocabulary); NaN when no such document has two
+    tokens to split."""
     if not model.words:
         return float("nan")
     rest = bounded.filter(pa.array(~members))
@@ -110,7 +113,7 @@ def held_out_perplexity(model: TrainedModel, bounded: pa.Table, members: np.ndar
     )
     if not (np.diff(corpus.doc_ptr) >= 2).any():
         return float("nan")
-    return completion_perplexity(model.phi, corpus)
+    return heldout_loglik_per_token(model.phi, corpus)
 
 
 def score_documents(
