@@ -52,6 +52,17 @@ class ReleaseRequest(BaseModel):
     )
     iterations: int = Field(100, ge=1, description="iterations of M2")
     set_union_policy: SetUnionPolicy = Field("weighted", description="M1 (DP set union) policy")
+    vocabulary: str | None = Field(
+        None,
+        description="public vocabulary: public:DATASET (ingested with --public), "
+        "wordfreq:LANG[:N] or a word-list file; M1 is then the Bayesian public-prior "
+        "mechanism over it (default: DP set union over the private words)",
+    )
+    vocabulary_size: int = Field(
+        2000,
+        ge=1,
+        description="with --vocabulary: words kept, the most probable under M1's DP distribution",
+    )
     m1_fraction: float = Field(
         0.25, gt=0, lt=1, description="share of epsilon for M1, vocabulary selection"
     )
@@ -82,6 +93,7 @@ class ReleaseRequest(BaseModel):
         "topics",
         "iterations",
         "m1_fraction",
+        "vocabulary_size",
         "max_docs_per_author",
         "max_tokens_per_doc",
         "releases_left",
@@ -108,6 +120,19 @@ class ReleaseRequest(BaseModel):
         if value not in MECHANISMS:
             raise ValueError(f"unknown mechanism {value!r}; available: {', '.join(MECHANISMS)}")
         return value
+
+    @field_validator("vocabulary")
+    @classmethod
+    def _vocabulary_source(cls, value: str | None) -> str | None:
+        from fdptm.errors import BadInputError as Refused
+        from fdptm.tasks.public_vocabulary import check_source
+
+        if value is None:
+            return value
+        try:
+            return check_source(value)
+        except Refused as exc:
+            raise ValueError(str(exc)) from None
 
     @classmethod
     def build(cls, **fields: Any) -> ReleaseRequest:

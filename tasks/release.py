@@ -195,7 +195,19 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
                 "contributes_delta": m1.release_delta,
                 "notion": m1.notion,
                 "parameters": su.to_dict(),
-                "reference": "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020",
+                "vocabulary_source": (
+                    "the private words, selected by DP set union"
+                    if spec.vocabulary is None
+                    else f"public vocabulary {spec.vocabulary}: M1 released a DP word "
+                    f"distribution over it and kept its {spec.vocabulary_size} most probable "
+                    "words (a word absent from it is never released)"
+                ),
+                "reference": (
+                    "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020"
+                    if spec.vocabulary is None
+                    else "bayesian-dp-ngrams.txt sec. 3 (Algorithm 1, Corollary 1) with a "
+                    "global l2 bound; fdptm/mechanisms/bayesian_prior.py"
+                ),
             },
             {
                 "stage": "train",

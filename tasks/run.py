@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
+from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.registry import mechanism
 from fdptm.mechanisms.set_union import POLICIES, SetUnionParams
@@ -51,6 +52,7 @@ from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import PUBLIC_NOT_CHARGED, Ledger
 from fdptm.storage.workspace import Workspace, check_name
+from fdptm.tasks import public_vocabulary
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.spec import RunSpec
@@ -113,7 +115,7 @@ class Calibration:
     delta: float
     unit: Adjacency
     plan: BudgetPlan
-    m1: SetUnionParams
+    m1: SetUnionParams | BayesianPriorParams
     m2: Any
     guarantee: Guarantee
     bounding_seed: int
@@ -124,7 +126,9 @@ class Calibration:
 
 
 @lru_cache(maxsize=32)
-def _calibrated(key: str, unit: str) -> tuple[BudgetPlan, SetUnionParams, Any, Guarantee]:
+def _calibrated(
+    key: str, unit: str
+) -> tuple[BudgetPlan, SetUnionParams | BayesianPriorParams, Any, Guarantee]:
     spec = decode(json.loads(key))
     unit = Adjacency(unit)
     docs_are_units = unit == Adjacency.DOCUMENT
@@ -199,6 +203,13 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int,
     return ledger, batches
 
 
+def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
+    """Load the run's public vocabulary once before anything is reserved, so that a missing,
+    private or empty source is refused (exit 2) before the run spends."""
+    if spec.vocabulary is not None:
+        public_vocabulary.load(spec.vocabulary, workspace, spec.pre)
+
+
 def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:
     unit = ledger.default_unit(spec.dataset)
     docs_are_units = unit == Adjacency.DOCUMENT
@@ -221,6 +232,7 @@ def preflight(request: ReleaseRequest) -> Calibration:
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
     ledger, _ = _dataset_context(Catalog(workspace), spec.dataset)
+    check_public_inputs(spec, workspace)
     spec, calibration = _planned(spec, ledger)
     ledger.check(spec.dataset, calibration.plan, calibration.accounting())
     return calibration
@@ -233,6 +245,7 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
     validate(spec)
     ledger, batches = _dataset_context(catalog, spec.dataset)
+    check_public_inputs(spec, workspace)
     bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
     spec = replace(spec, bounding_seed=bounding_seed, batches=batches)
     recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fdptm.mechanisms import bayesian_prior
+from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
 from fdptm.mechanisms.registry import Mechanism, mechanism
 from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
@@ -42,6 +44,10 @@ class RunSpec:
     set_union_alpha: float = 3.0
     max_items_per_author: int = 50
     m1_fraction: float = default("m1_fraction")
+    vocabulary: str | None = default("vocabulary")
+    vocabulary_size: int = default("vocabulary_size")
+    prior_scale: float = 0.1
+    prior_clip: int = 1
     lda_alpha: float = 1.0
     lda_beta: float = 0.01
     m2_options: dict[str, Any] = field(default_factory=dict)
@@ -71,6 +77,8 @@ class RunSpec:
             seed=request.seed,
             set_union_policy=request.set_union_policy,
             m1_fraction=request.m1_fraction,
+            vocabulary=request.vocabulary,
+            vocabulary_size=request.vocabulary_size,
             m2_options=dict(request.m2_options),
             allow_unproven=request.allow_unproven,
             baseline=request.baseline,
@@ -91,7 +99,7 @@ class RunSpec:
         return [
             StageSpec(
                 "vocabulary",
-                f"dp-set-union/{self.set_union_policy}",
+                self.m1_mechanism,
                 unit,
                 True,
                 self.m1_fraction,
@@ -107,8 +115,29 @@ class RunSpec:
             ),
         ]
 
-    def m1_params(self, epsilon: float, delta: float) -> SetUnionParams:
-        """M1's (DP set union's) calibrated parameters for its native budget."""
+    @property
+    def m1_mechanism(self) -> str:
+        """M1's ledger name: the Bayesian public prior over a public vocabulary, else set union."""
+        if self.vocabulary is not None:
+            return "bayesian-public-prior"
+        return f"dp-set-union/{self.set_union_policy}"
+
+    def m1_params(self, epsilon: float, delta: float) -> SetUnionParams | BayesianPriorParams:
+        """M1's calibrated parameters for its native budget.
+
+        The Bayesian public prior clamps a unit's count of a word to ``prior_clip`` (C; the
+        paper's choice below a million users, section 4.3), keeps at most
+        ``max_items_per_author`` words per unit (W) and weights words by eq. 5 with
+        S = ``prior_scale``.
+        """
+        if self.vocabulary is not None:
+            return bayesian_prior.calibrate(
+                epsilon,
+                delta,
+                scale=self.prior_scale,
+                clip=self.prior_clip,
+                max_words=self.max_items_per_author,
+            )
         return set_union_params(
             self.set_union_policy,
             epsilon,

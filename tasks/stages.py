@@ -28,12 +28,14 @@ from fdptm.storage.artifacts import file_sha256, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
+from fdptm.tasks import public_vocabulary as public_vocabulary_source
 from fdptm.tasks.bounding import bound_contributions
 from fdptm.tasks.preprocess import preprocess_batch, read_tokens
+from fdptm.tasks.public_vocabulary import PublicVocabulary
 from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
-from fdptm.tasks.vocabulary import select_vocabulary, vocabulary_table
+from fdptm.tasks.vocabulary import select_vocabulary, select_with_public_prior, vocabulary_table
 
 Progress = Callable[[int], None] | None
 
@@ -156,15 +158,50 @@ def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
 
 
 def vocabulary(spec: RunSpec, bounded: dict) -> dict:
-    """M1: DP set union at the run's calibrated M1 budget; the vocabulary is a DP output."""
+    """M1 at the run's calibrated budget: DP set union, or the Bayesian public prior over the
+    run's public vocabulary (its DP word distribution is kept as ``word_prior``, a DP output).
+    The vocabulary is a DP output."""
     if done := stored(spec, "vocabulary", dp_output=True):
         return done
     params = calibration_of(spec).m1
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
+    public = (
+        None if spec.vocabulary is None else public_vocabulary(spec)
+    )  # public data: read before the mechanism starts
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    words = select_vocabulary(load(spec, bounded), params, noise)
+    if public is None:
+        words = select_vocabulary(load(spec, bounded), params, noise)
+    else:
+        chosen = select_with_public_prior(
+            load(spec, bounded), public, params, spec.vocabulary_size, noise
+        )
+        words = chosen.words
+        prior = pa.table({"word": chosen.words, "probability": chosen.prior})
+        _save(spec, "vocabulary", "word_prior", prior, "internal")
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
+
+
+def public_vocabulary(spec: RunSpec) -> PublicVocabulary:
+    """The run's public vocabulary, resolved once and stored with the run (a resumed run
+    uses the same words even if the public dataset has grown since)."""
+    if done := stored(spec, "public_vocabulary"):
+        table = load(spec, done)
+        return PublicVocabulary(
+            spec.vocabulary,
+            table.column("word").to_pylist(),
+            table.column("count").to_numpy(),
+        )
+    workspace, _ = _env(spec)
+    public = public_vocabulary_source.load(spec.vocabulary, workspace, spec.pre)
+    _save(
+        spec,
+        "vocabulary",
+        "public_vocabulary",
+        pa.table({"word": public.words, "count": public.counts}),
+        "internal",
+    )
+    return public
 
 
 def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:

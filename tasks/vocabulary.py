@@ -1,19 +1,33 @@
 """M1 stage: DP vocabulary selection over the bounded tokens (FDPTM Algorithm 1, line 3).
 
-Builds each author's distinct words (vectorised: flatten, dictionary-encode, one
-``np.unique`` in ``author_items``) and runs DP set union (``fdptm.mechanisms.set_union``).
-Returns only the selected words, sorted alphabetically: no weight, count or order that
-depends on the data leaves this function.
+Two ways, by the run's vocabulary source:
+
+* No public vocabulary: each author's distinct words (vectorised: flatten, dictionary-encode,
+  one ``np.unique`` in ``author_items``) go through DP set union
+  (``fdptm.mechanisms.set_union``).
+* A public vocabulary (``tasks.public_vocabulary``): each unit's counts of the public words
+  go through the Bayesian public-prior mechanism (``fdptm.mechanisms.bayesian_prior``), which
+  releases a DP word distribution over the public vocabulary; the release's vocabulary is its
+  ``size`` most probable words (post-processing), and the distribution, restricted to them,
+  is kept as M2's word prior.
+
+Either way only DP outputs leave: the selected words, sorted alphabetically, and for the
+Bayesian path the DP distribution; no count or order that depends on the data otherwise.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fdptm.mechanisms import bayesian_prior
+from fdptm.mechanisms.bayesian_prior import BayesianPriorParams, UnitCounts
 from fdptm.mechanisms.set_union import SetUnionParams, author_items, select
 from fdptm.privacy.noise import NoiseSource
+from fdptm.tasks.public_vocabulary import PublicVocabulary
 
 
 def select_vocabulary(tokens: pa.Table, params: SetUnionParams, noise: NoiseSource) -> list[str]:
@@ -31,6 +45,53 @@ def select_vocabulary(tokens: pa.Table, params: SetUnionParams, noise: NoiseSour
     table = author_items(doc_author[parents], word_idx, len(dictionary))
     selected = select(table, params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
+
+
+def unit_counts(tokens: pa.Table, words: list[str]) -> UnitCounts:
+    """Each unit's (author's) count of every word of ``words``; other tokens are ignored."""
+    lists = tokens.column("tokens").combine_chunks()
+    flat = pc.list_flatten(lists)
+    units = pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
+    index = pc.fill_null(pc.index_in(flat, value_set=pa.array(words, pa.string())), -1)
+    index = index.to_numpy().astype(np.int64)
+    unit = units[pc.list_parent_indices(lists).to_numpy()]
+    known = index >= 0
+    word = index[known]
+    pairs, count = np.unique(np.stack([unit[known], word]), axis=1, return_counts=True)
+    return UnitCounts(pairs[0], pairs[1], count.astype(np.int64), len(words))
+
+
+@dataclass(frozen=True)
+class PriorSelection:
+    """The Bayesian M1's DP outputs: the kept words (sorted) and their prior probabilities."""
+
+    words: list[str]
+    prior: np.ndarray
+    rho: float
+
+
+def select_with_public_prior(
+    tokens: pa.Table,
+    public: PublicVocabulary,
+    params: BayesianPriorParams,
+    size: int,
+    noise: NoiseSource,
+) -> PriorSelection:
+    """The ``size`` most probable public words under the DP distribution theta.
+
+    rho comes from the released vector alone (``empirical_bayes_rho``: post-processing).
+    The prior is theta on the kept words, renormalised.
+    """
+    counts = unit_counts(tokens, public.words).bounded(
+        params.clip, params.max_words, noise.generator
+    )
+    noisy = bayesian_prior.release(counts, params, noise)
+    logits = bayesian_prior.prior_logits(public.counts)
+    rho = bayesian_prior.empirical_bayes_rho(noisy, logits, params.sigma)
+    theta = bayesian_prior.posterior(noisy, logits, rho)
+    keep = np.sort(np.argsort(-theta, kind="stable")[:size])
+    prior = theta[keep] / theta[keep].sum()
+    return PriorSelection([public.words[i] for i in keep], prior, rho)
 
 
 def vocabulary_table(words: list[str]) -> pa.Table:

@@ -1,0 +1,119 @@
+"""Public vocabularies (public dataset, word list, wordfreq) and the Bayesian public-prior M1
+in a real release: free public reads before the spend, private reads only after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from fdptm.errors import BadInputError
+from fdptm.request import ReleaseRequest
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.ledger import Ledger
+from fdptm.tasks import public_vocabulary
+from fdptm.tasks.ingest import ingest
+from fdptm.tasks.preprocess import PreConfig
+
+TOPICS = ["apple banana cherry grape melon", "engine piston gearbox clutch brake"]
+
+
+@pytest.fixture
+def datasets(workspace, tmp_path):
+    public = tmp_path / "public.txt"
+    public.write_text("\n".join(TOPICS * 10 + ["zebra giraffe"]))
+    ingest(public, "pub", workspace, public=True)
+    private = tmp_path / "private.txt"
+    private.write_text("\n".join(TOPICS * 100 + ["secretword lonely"]))
+    ingest(private, "priv", workspace)
+    return workspace
+
+
+def test_sources_go_through_pre_and_are_checked(workspace, tmp_path, datasets):
+    pre = PreConfig()
+    pub = public_vocabulary.load("public:pub", datasets, pre)
+    assert "apple" in pub.words and "zebra" in pub.words and "secretword" not in pub.words
+    assert pub.counts[pub.words.index("apple")] == 10
+    listed = tmp_path / "words.txt"
+    listed.write_text("# a comment\nApples 5\napple 2\nthe 100\nEngines\n")
+    words = public_vocabulary.load(str(listed), workspace, pre)
+    assert dict(zip(words.words, words.counts, strict=True)) == {"apple": 7.0, "engine": 1.0}
+    english = public_vocabulary.load("wordfreq:en:2000", workspace, pre)
+    assert 1000 < len(english.words) < 2000 and "people" in english.words
+    assert "the" not in english.words  # a stop word: PRE drops it from lists as from documents
+    with pytest.raises(BadInputError, match="is private: it cannot be used as a vocabulary"):
+        public_vocabulary.load("public:priv", datasets, pre)
+    with pytest.raises(BadInputError, match="no such file"):
+        public_vocabulary.load(str(tmp_path / "missing.txt"), workspace, pre)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("apple -3\n")
+    with pytest.raises(BadInputError, match="line 1: the count must be a number > 0"):
+        public_vocabulary.load(str(bad), workspace, pre)
+    with pytest.raises(BadInputError, match="wordfreq:LANG"):
+        ReleaseRequest.build(
+            dataset="priv", epsilon=1, delta=1e-5, topics=2, vocabulary="wordfreq:en:x"
+        )
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_release_with_a_public_vocabulary(datasets):
+    from fdptm.flows.release import release
+
+    out = release(
+        ReleaseRequest(
+            dataset="priv",
+            epsilon=3.0,
+            delta=1e-5,
+            topics=2,
+            iterations=20,
+            vocabulary="public:pub",
+            vocabulary_size=8,
+            workspace=str(datasets.root),
+            seed=5,
+        )
+    )
+    path = datasets.root / "releases" / out["run_id"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    m1 = manifest["stages"][0]
+    assert m1["mechanism"] == "bayesian-public-prior"
+    assert m1["vocabulary_source"].startswith("public vocabulary public:pub")
+    assert m1["parameters"]["sensitivity"] == pytest.approx(
+        np.sqrt(m1["parameters"]["max_words"]) * m1["parameters"]["per_word"]
+    )
+    words = pq.read_table(path / "vocabulary.parquet").column("word").to_pylist()
+    public = public_vocabulary.load("public:pub", datasets, PreConfig()).words
+    assert len(words) == 8 and set(words) <= set(public)
+    assert "secretword" not in words  # never in the public list, so never released
+    entries = Ledger(Catalog(datasets)).entries("priv")
+    assert sorted(e["stage"] for e in entries if e["state"] == "spent") == ["train", "vocabulary"]
+    assert Ledger(Catalog(datasets)).entries("pub") == []
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_public_path_reads_no_private_row_before_the_spend(datasets):
+    """Killed right after the reservation (a real SIGKILL), the run has read and preprocessed
+    the public dataset for its vocabulary, but nothing derived from the private rows exists
+    and nothing is spent yet: private rows are first read after the ledger spends."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value(), FDPTM_KILL_AT="after-reserve")
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "fdptm.cli", "release", "--dataset", "priv", "--epsilon", "3",
+            "--delta", "1e-5", "--topics", "2", "--vocabulary", "public:pub",
+            "--workspace", str(datasets.root),
+        ],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    artifacts = [a["name"] for a in Catalog(datasets).query("SELECT name FROM artifacts")]
+    assert any(a.startswith("tokens/pub/") for a in artifacts)
+    assert not any(a.startswith("tokens/priv/") for a in artifacts)
+    states = {e["state"] for e in Ledger(Catalog(datasets)).entries("priv")}
+    assert states == {"reserved"}
