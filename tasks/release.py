@@ -199,8 +199,8 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
                     "the private words, selected by DP set union"
                     if spec.vocabulary is None
                     else f"public vocabulary {spec.vocabulary}: M1 released a DP word "
-                    f"distribution over it and kept its {spec.vocabulary_size} most probable "
-                    "words (a word absent from it is never released)"
+                    f"distribution over it and kept its (at most) {spec.vocabulary_size} most "
+                    "probable words (a word absent from it is never released)"
                 ),
                 "reference": (
                     "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020"

@@ -9,7 +9,7 @@ Two ways, by the run's vocabulary source:
   go through the Bayesian public-prior mechanism (``fdptm.mechanisms.bayesian_prior``), which
   releases a DP word distribution over the public vocabulary; the release's vocabulary is its
   ``size`` most probable words (post-processing), and the distribution, restricted to them,
-  is kept as M2's word prior.
+  is stored with the run as a word prior for M2 (not used by M2 yet).
 
 Either way only DP outputs leave: the selected words, sorted alphabetically, and for the
 Bayesian path the DP distribution; no count or order that depends on the data otherwise.

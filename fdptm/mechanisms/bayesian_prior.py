@@ -12,7 +12,8 @@ softmax space (eqs. 1, 2 and 4):
 where N_i is the number of privacy units that use word i and each unit's count of a word is
 clamped to C (Algorithm 1, line 2). That is the paper's posterior sample N(mu_ps, sigma_ps I)
 with sigma_ps = rho * sigma (Theorem 1). The release's vocabulary is then the most probable
-words of theta, and theta is handed to M2 as its word prior: both are post-processing.
+words of theta (post-processing), and theta is stored with the run as a word prior for M2
+(which does not use it yet).
 
 Adjacency: add or remove one privacy unit (a document, or an author with all their
 documents) together with all its words: ``document`` or ``author``, whichever the dataset's
@@ -47,9 +48,11 @@ Where the paper's proof does not hold, and what is done instead
         <= (w(N) - w(N - 1)) log(C N + 1) + w(N - 1) log(1 + C / N) =: b(N),
    both terms non-negative. Words the unit does not hold do not change (no centring), so
    ||Delta r||_2 <= sqrt(W) max_N b(N) with W the unit's number of distinct words, which
-   contribution bounding caps (a random subset of at most W words per unit, a function of
-   the unit alone). For N > C/S + 1, b(N) = log(1 + C/N) decreases, so the maximum is over
-   1 <= N <= ceil(C/S) + 1, computed exactly. Adding a unit is removal from the larger
+   contribution bounding caps (a uniformly random subset of at most W words per unit, drawn
+   independently per unit, so that neighbouring datasets' subsets of the shared units can
+   be paired identically and differ only in the added unit). For N > C/S + 1,
+   b(N) = log(1 + C/N) decreases, so the maximum is over 1 <= N <= ceil(C/S) + 1,
+   computed exactly. Adding a unit is removal from the larger
    dataset, so the bound holds for add/remove adjacency.
 4. *Hyper-parameter search (Algorithm 2, Theorem 2, Claim 2).* Claim 2 bounds the score's
    sensitivity with ||c||_2 and C_1, the largest count in the validation set (both private),
@@ -59,10 +62,11 @@ Where the paper's proof does not hold, and what is done instead
    read by the selection; each validation unit's score is its mean clipped log loss
    min(L, -log theta_i) over its words, in [0, L], so the summed score has sensitivity L
    and report-noisy-min with Laplace(2 L / epsilon) noise is epsilon-DP (Theorem 2 with a
-   global sensitivity). The validation units are a keyed-hash split, disjoint from the
-   units the Gaussian step reads; the ledger charges both (basic composition), which is
-   conservative. ``empirical_bayes_rho`` is the free alternative: rho from the released
-   vector alone (a moment estimate of the prior's spread against the known noise variance).
+   global sensitivity), with respect to validation units disjoint from the units the
+   Gaussian step reads. ``select_rho`` is used by ``benchmarks/bayesian_kl.py`` (a seeded
+   random split, both steps charged by basic composition); the pipeline does not call it
+   yet. The pipeline uses ``empirical_bayes_rho``: rho from the released vector alone (a
+   moment estimate of the prior's spread against the known noise variance), free.
 """
 
 from __future__ import annotations
@@ -145,8 +149,14 @@ class UnitCounts:
     def bounded(self, clip: int, max_words: int, generator: np.random.Generator) -> UnitCounts:
         """Counts clamped to C and each unit cut to a uniformly random W of its words.
 
-        Both are functions of the unit alone (stable), so the sensitivity analysis holds.
+        Each unit's subset is an independent uniform draw (i.i.d. keys, ranked within the
+        unit), so the sensitivity analysis holds. Refuses entries the bound does not cover:
+        counts below 1 or a (unit, word) pair listed twice.
         """
+        if len(self.count) and self.count.min() < 1:
+            raise ValueError("unit counts must be >= 1 (a unit that holds a word holds it once)")
+        if len(np.unique(np.stack([self.unit, self.word]), axis=1)[0]) != len(self.unit):
+            raise ValueError("each (unit, word) pair must appear once")
         key = generator.random(len(self.unit))
         order = np.lexsort((key, self.unit))
         unit = self.unit[order]
