@@ -976,6 +976,8 @@ def _jsonable(x):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return "inf" if x > 0 else "-inf"
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
     return x
 
 
