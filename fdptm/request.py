@@ -58,6 +58,11 @@ class ReleaseRequest(BaseModel):
         "wordfreq:LANG[:N] or a word-list file; M1 is then the Bayesian public-prior "
         "mechanism over it (default: DP set union over the private words)",
     )
+    prior: str | None = Field(
+        None,
+        description="public dataset (ingested with --public) whose non-private topics "
+        "initialise and regularise M2 (dp-vi), free of charge",
+    )
     vocabulary_size: int = Field(
         2000,
         ge=1,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from fdptm.errors import BadInputError
 from fdptm.storage.catalog import Catalog
@@ -80,19 +81,25 @@ def load(source: str, workspace: Workspace, pre: PreConfig) -> PublicVocabulary:
     return PublicVocabulary(source, words, np.array([counts[w] for w in words], dtype=float))
 
 
-def _dataset_counts(dataset: str, workspace: Workspace, pre: PreConfig) -> Counter[str]:
+def public_tokens(dataset: str, workspace: Workspace, pre: PreConfig) -> pa.Table:
+    """The (doc_id, author_id, tokens) table of a *public* dataset after PRE (cached per
+    batch); a private or unknown dataset is refused."""
     catalog = Catalog(workspace)
     if catalog.dataset(dataset) is None:
         raise BadInputError(
-            f"no dataset named {dataset!r} for --vocabulary public:{dataset}; ingest it with "
+            f"no dataset named {dataset!r}; ingest public data with "
             "`fdptm ingest PATH --dataset NAME --public`"
         )
-    Ledger(catalog).require_public(dataset, "a vocabulary")
+    Ledger(catalog).require_public(dataset, "public input (a vocabulary or a prior)")
     artifacts = [
-        preprocess_batch(workspace, catalog, batch, f"public-vocabulary-{dataset}", pre)
+        preprocess_batch(workspace, catalog, batch, f"public-{dataset}", pre)
         for batch in catalog.batches(dataset)
     ]
-    tokens = read_tokens(workspace, artifacts).column("tokens").to_pylist()
+    return read_tokens(workspace, artifacts)
+
+
+def _dataset_counts(dataset: str, workspace: Workspace, pre: PreConfig) -> Counter[str]:
+    tokens = public_tokens(dataset, workspace, pre).column("tokens").to_pylist()
     return Counter(t for doc in tokens for t in doc)
 
 

@@ -219,6 +219,13 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
                 "contributes_epsilon": m2.release_epsilon,
                 "contributes_delta": m2.release_delta,
                 "notion": m2_guarantee.notion,
+                "public_prior": (
+                    None
+                    if spec.prior is None
+                    else f"public dataset {spec.prior!r}: non-private CGS topics on it, over "
+                    "this vocabulary, initialise the first E-step and are added to eta "
+                    "(times prior_weight) in every M-step; no privacy cost"
+                ),
                 "accounting": m2_guarantee.to_dict(),
                 "parameters": {
                     **m2_params.to_dict(),

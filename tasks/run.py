@@ -204,10 +204,16 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int,
 
 
 def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
-    """Load the run's public vocabulary once before anything is reserved, so that a missing,
-    private or empty source is refused (exit 2) before the run spends."""
+    """Load the run's public vocabulary and prior once before anything is reserved, so that
+    a missing, private or empty source is refused (exit 2) before the run spends."""
     if spec.vocabulary is not None:
         public_vocabulary.load(spec.vocabulary, workspace, spec.pre)
+    if spec.prior is not None:
+        if not spec.m2.takes_public_prior:
+            raise BadInputError(
+                f"--prior: M2 {spec.mechanism!r} cannot use a public prior; use dp-vi"
+            )
+        public_vocabulary.load(f"public:{spec.prior}", workspace, spec.pre)
 
 
 def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:

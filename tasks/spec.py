@@ -23,7 +23,7 @@ from fdptm.request import ReleaseRequest, default
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 
-STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3}
+STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3, "prior": 4}
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class RunSpec:
     m1_fraction: float = default("m1_fraction")
     vocabulary: str | None = default("vocabulary")
     vocabulary_size: int = default("vocabulary_size")
+    prior: str | None = default("prior")
+    prior_iterations: int = 200
     prior_scale: float = 0.1
     prior_clip: int = 1
     lda_alpha: float = 1.0
@@ -79,6 +81,7 @@ class RunSpec:
             m1_fraction=request.m1_fraction,
             vocabulary=request.vocabulary,
             vocabulary_size=request.vocabulary_size,
+            prior=request.prior,
             m2_options=dict(request.m2_options),
             allow_unproven=request.allow_unproven,
             baseline=request.baseline,

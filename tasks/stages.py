@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.faults import checkpoint
-from fdptm.mechanisms.lda import train_cgs
+from fdptm.mechanisms.lda import cgs_topic_counts, train_cgs
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import file_sha256, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
@@ -247,10 +247,22 @@ def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> d
             spec.run_id, "train", f"refunded: M2 refused the DP vocabulary's size: {exc}"
         )
         raise
+    public = {} if spec.prior is None else {"public_topics": prior_topics(spec, load(spec, vocab))}
     start_mechanism(spec, "train")
     corpus = corpus_of(load(spec, san), n_words)
-    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress)
+    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **public)
     return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
+
+
+def prior_topics(spec: RunSpec, vocab: pa.Table) -> np.ndarray:
+    """k x (V + 1) topic-word counts of non-private CGS on the public prior dataset, over the
+    release's vocabulary and SAN's OOV column (public data and a DP vocabulary only)."""
+    workspace, _ = _env(spec)
+    words = vocab.column("word").to_pylist()
+    tokens = public_vocabulary_source.public_tokens(spec.prior, workspace, spec.pre)
+    corpus = corpus_of(sanitize(tokens, words), len(words))
+    noise = NoiseSource.internal(spec.seed, STAGE_STREAMS["prior"])
+    return cgs_topic_counts(corpus, spec.topics, spec.prior_iterations, noise)
 
 
 def progress_total(spec: RunSpec) -> int:

@@ -354,3 +354,30 @@ def test_recovers_strong_topics_at_large_epsilon_and_not_at_tiny_epsilon():
         assert matched_distance(private, syn.phi).cosine >= reference - 0.01
         noisy = dp_vi.train_dp_vi(syn.corpus, 4, tiny, NoiseSource.create(seed))
         assert matched_distance(noisy, syn.phi).cosine < (reference + uniform) / 2
+
+
+def test_a_public_prior_alone_decides_when_no_private_entry_clears_the_threshold(small):
+    """With a threshold no noisy entry can clear, lambda = eta + w n^pub: the release is the
+    public topics, smoothed by eta, whatever the private data (post-processing only)."""
+    rng = np.random.default_rng(1)
+    public = rng.integers(0, 50, (4, 120)).astype(float)
+    p = params(3.0, iterations=3, threshold=1e9, prior_weight=2.0)
+    phi = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(2, 1), public_topics=public)
+    expected = p.eta + 2.0 * public
+    assert phi == pytest.approx(expected / expected.sum(axis=1, keepdims=True))
+
+
+def test_public_topics_initialise_the_first_e_step_and_are_checked(small):
+    """With a public prior nothing is drawn for the initial lambda: two runs with the same
+    prior and noise stream agree; a prior of the wrong shape or sign is refused."""
+    public = np.random.default_rng(3).integers(0, 50, (4, 120)).astype(float)
+    p = params(3.0, iterations=3)
+    a = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(4, 1), public_topics=public)
+    b = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(4, 1), public_topics=public)
+    assert np.array_equal(a, b)
+    with pytest.raises(BadInputError, match="public_topics must be 4 x"):
+        dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(4, 1), public_topics=public[:3])
+    with pytest.raises(BadInputError, match="public_topics must be 4 x"):
+        dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(4, 1), public_topics=-public)
+    with pytest.raises(BadInputError, match="prior_weight"):
+        params(3.0, iterations=3, prior_weight=0)

@@ -47,7 +47,7 @@ def test_sources_go_through_pre_and_are_checked(workspace, tmp_path, datasets):
     english = public_vocabulary.load("wordfreq:en:2000", workspace, pre)
     assert 1000 < len(english.words) < 2000 and "people" in english.words
     assert "the" not in english.words  # a stop word: PRE drops it from lists as from documents
-    with pytest.raises(BadInputError, match="is private: it cannot be used as a vocabulary"):
+    with pytest.raises(BadInputError, match="is private: it cannot be used as public input"):
         public_vocabulary.load("public:priv", datasets, pre)
     with pytest.raises(BadInputError, match="no such file"):
         public_vocabulary.load(str(tmp_path / "missing.txt"), workspace, pre)
@@ -59,6 +59,19 @@ def test_sources_go_through_pre_and_are_checked(workspace, tmp_path, datasets):
         ReleaseRequest.build(
             dataset="priv", epsilon=1, delta=1e-5, topics=2, vocabulary="wordfreq:en:x"
         )
+
+
+def test_a_prior_must_be_public_and_the_mechanism_must_take_one(datasets):
+    from fdptm.tasks.run import preflight
+
+    base = dict(dataset="priv", epsilon=3.0, delta=1e-5, topics=2, workspace=str(datasets.root))
+    with pytest.raises(BadInputError, match="is private: it cannot be used as public input"):
+        preflight(ReleaseRequest(**base, prior="priv"))
+    with pytest.raises(BadInputError, match="cannot use a public prior; use dp-vi"):
+        preflight(ReleaseRequest(**base, prior="pub", mechanism="hdp-lda"))
+    with pytest.raises(BadInputError, match="no dataset named 'nope'"):
+        preflight(ReleaseRequest(**base, prior="nope"))
+    assert Ledger(Catalog(datasets)).entries("priv") == []
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -74,6 +87,7 @@ def test_release_with_a_public_vocabulary(datasets):
             iterations=20,
             vocabulary="public:pub",
             vocabulary_size=8,
+            prior="pub",
             workspace=str(datasets.root),
             seed=5,
         )
@@ -90,6 +104,10 @@ def test_release_with_a_public_vocabulary(datasets):
     public = public_vocabulary.load("public:pub", datasets, PreConfig()).words
     assert len(words) == 8 and set(words) <= set(public)
     assert "secretword" not in words  # never in the public list, so never released
+    assert "public dataset 'pub'" in manifest["stages"][1]["public_prior"]
+    fruit = {"apple", "banana", "cherry", "grape", "melon"}
+    tops = [{w["word"] for w in t["words"][:3]} for t in manifest["topics"]]
+    assert any(top <= fruit for top in tops) and any(not top & fruit for top in tops)
     entries = Ledger(Catalog(datasets)).entries("priv")
     assert sorted(e["stage"] for e in entries if e["state"] == "spent") == ["train", "vocabulary"]
     assert Ledger(Catalog(datasets)).entries("pub") == []

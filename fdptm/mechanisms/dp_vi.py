@@ -35,6 +35,15 @@ of q(beta). Every iteration t = 0..T-1:
    swamps sparse topics. With tau = 1, rho_0 = 1 and the random initial lambda is
    forgotten after the first E-step; with kappa = 0 the update is batch variational EM.
 
+Public prior (optional; the OLP-LDA paper's public D0, hdp-lda-lp-lda-olp-lda.txt section VI,
+and the n-gram paper's public prior both use public data this way). Given k x V topic-word
+counts n^pub learned non-privately from a *public* dataset over the release's vocabulary,
+the first E-step uses exp(E[log beta]) of lambda_0 = eta + n^pub (instead of a random
+draw), so the private statistics are computed against the public topics, and every M-step
+uses eta + w n^pub in place of eta (``prior_weight`` w; w = 1 treats the public documents
+like private ones: the posterior of LDA on public + private data, up to the private side's
+clipping and noise). Public data and DP outputs only: no privacy cost.
+
 All of step 5 is post-processing of the released S~_0..S~_t. The released topic-word matrix
 is lambda_T with each row normalised (the posterior mean of beta), strictly positive since
 lambda >= eta > 0.
@@ -158,6 +167,7 @@ class DpViParams:
     step_decay: float
     step_offset: float
     threshold: float
+    prior_weight: float = 1.0
 
     @property
     def noise_std(self) -> float:
@@ -280,6 +290,7 @@ def dp_vi_params(
     step_offset: float = 1.0,
     threshold: float = 3.0,
     accountant: str = "rdp",
+    prior_weight: float = 1.0,
 ) -> DpViParams:
     """Validate the public inputs and calibrate the noise so the run is (epsilon, delta)-DP.
 
@@ -304,6 +315,7 @@ def dp_vi_params(
         threshold=threshold,
         accountant=accountant,
     )
+    check_positive(prior_weight, "prior_weight (weight of a public prior's topic counts)")
     z = calibrate_noise_multiplier(epsilon, delta, sampling_rate, iterations, "rdp")
     if accountant == "pld":  # PLD is the tighter bound: search below the RDP solution
         z = calibrate_noise_multiplier(epsilon, delta, sampling_rate, iterations, "pld", start=z)
@@ -331,6 +343,7 @@ def dp_vi_params(
         step_decay=float(step_decay),
         step_offset=float(step_offset),
         threshold=float(threshold),
+        prior_weight=float(prior_weight),
     )
 
 
@@ -513,9 +526,14 @@ def step_size(params: DpViParams, t: int) -> float:
     return (params.step_offset + t) ** -params.step_decay
 
 
-def topic_parameters(average: np.ndarray, noise_sd: float, params: DpViParams) -> np.ndarray:
-    """lambda = eta + the averaged statistic, entries below threshold x its noise sd set to 0."""
-    return params.eta + np.where(average > params.threshold * noise_sd, average, 0.0)
+def topic_parameters(
+    average: np.ndarray, noise_sd: float, params: DpViParams, eta: np.ndarray | float
+) -> np.ndarray:
+    """lambda = eta + the averaged statistic, entries below threshold x its noise sd set to 0.
+
+    ``eta`` is the scalar prior, or eta + w n^pub (words x topics) with a public prior.
+    """
+    return eta + np.where(average > params.threshold * noise_sd, average, 0.0)
 
 
 def train_dp_vi(
@@ -525,12 +543,15 @@ def train_dp_vi(
     noise: NoiseSource,
     *,
     progress: Callable[[int], None] | None = None,
+    public_topics: np.ndarray | None = None,
 ) -> np.ndarray:
     """T iterations of private VI; returns the DP topic-word matrix (topics x words).
 
     lambda starts from Gamma(100, 1/100) draws (Hoffman et al.'s initialisation, data
-    independent). The iterations follow the module docstring; every row of the result is
-    lambda_k / sum(lambda_k): strictly positive (lambda >= eta > 0) and summing to 1.
+    independent), or from eta + ``public_topics`` (k x V counts learned from public data
+    over the same columns: the module docstring's public prior). The iterations follow the
+    module docstring; every row of the result is lambda_k / sum(lambda_k): strictly positive
+    (lambda >= eta > 0) and summing to 1.
     """
     if n_topics != params.n_topics:
         raise BadInputError(
@@ -538,13 +559,24 @@ def train_dp_vi(
             "compute them again with dp_vi_params(n_topics=...)"
         )
     data = prepare(corpus, params.adjacency)
-    lam = noise.generator.gamma(100.0, 1.0 / 100.0, (corpus.n_words, n_topics))
+    if public_topics is None:
+        eta: np.ndarray | float = params.eta
+        lam = noise.generator.gamma(100.0, 1.0 / 100.0, (corpus.n_words, n_topics))
+    else:
+        counts = np.asarray(public_topics, dtype=np.float64)
+        if counts.shape != (n_topics, corpus.n_words) or not np.all(counts >= 0):
+            raise BadInputError(
+                f"public_topics must be {n_topics} x {corpus.n_words} counts >= 0, got shape "
+                f"{counts.shape}"
+            )
+        eta = params.eta + params.prior_weight * counts.T
+        lam = params.eta + counts.T
     average = np.zeros_like(lam)
     noise_var = 0.0
     for t in range(params.iterations):
         noisy, _ = noisy_statistics(data, exp_elog_beta(lam), params, noise)
         noise_var = _average_in(average, noise_var, noisy, step_size(params, t), params)
-        lam = topic_parameters(average, math.sqrt(noise_var), params)
+        lam = topic_parameters(average, math.sqrt(noise_var), params, eta)
         if progress:
             progress(1)
     phi = lam.T

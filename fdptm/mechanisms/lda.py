@@ -219,6 +219,25 @@ def train_cgs(
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Non-private collapsed Gibbs sampling; returns phi (topics x words). NOT DP."""
+    counts = cgs_topic_counts(
+        corpus, n_topics, iterations, noise, alpha=alpha, beta=beta, progress=progress
+    )
+    return (counts + beta) / (counts.sum(axis=1, keepdims=True) + corpus.n_words * beta)
+
+
+def cgs_topic_counts(
+    corpus: Corpus,
+    n_topics: int,
+    iterations: int,
+    noise: NoiseSource,
+    *,
+    alpha: float = 0.1,
+    beta: float = 0.01,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """The topic-word counts n_kw (topics x words) of the last sweep of non-private CGS.
+
+    NOT DP: for non-private baselines, and for public data (a public prior's topics)."""
     _check(corpus, n_topics)
     gen = noise.generator
     z, n_dk, n_wk, n_k = init_counts(corpus, n_topics, gen)
@@ -228,8 +247,7 @@ def train_cgs(
         gibbs.cgs_sweep(corpus.doc_ptr, corpus.words, z, n_dk, n_wk, n_k, alpha, beta, uniforms)
         if progress:
             progress(1)
-    phi = (n_wk.T + beta) / (n_k[:, None] + corpus.n_words * beta)
-    return phi
+    return n_wk.T.astype(np.float64)
 
 
 def train_hdp_lda(

@@ -95,6 +95,11 @@ class Mechanism:
     def train(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(self.train_name)(*args, **kwargs)
 
+    @property
+    def takes_public_prior(self) -> bool:
+        """Whether the trainer accepts ``public_topics`` (a public prior's topic counts)."""
+        return "public_topics" in inspect.signature(self._fn(self.train_name)).parameters
+
     def guarantee(self, params: Any) -> Guarantee:
         g = params.guarantee()
         if g.notion != self.notion:
