@@ -20,12 +20,20 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, parse_option
 
 SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
+VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
 
 
 class ReleaseRequest(BaseModel):
@@ -62,6 +70,14 @@ class ReleaseRequest(BaseModel):
         None,
         description="public dataset (ingested with --public) whose non-private topics "
         "initialise and regularise M2 (dp-vi), free of charge",
+    )
+    m1: VocabularySelection | None = Field(
+        None,
+        description="M1, vocabulary selection: set-union (DP set union of the private words; "
+        "the default without --vocabulary); with --vocabulary: none (its --vocabulary-size "
+        "most frequent words, M1 skipped, M2 gets the whole budget; the default), "
+        "bayesian-prior (a DP word distribution over it) or extend (it, plus private words "
+        "beyond it by DP set union)",
     )
     vocabulary_size: int = Field(
         2000,
@@ -138,6 +154,23 @@ class ReleaseRequest(BaseModel):
             return check_source(value)
         except Refused as exc:
             raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _m1_fits_the_vocabulary(self) -> ReleaseRequest:
+        if self.vocabulary is None and self.m1 not in (None, "set-union"):
+            raise ValueError(
+                f"--m1 {self.m1} selects within a public vocabulary: give --vocabulary"
+            )
+        if self.vocabulary is not None and self.m1 == "set-union":
+            raise ValueError(
+                "--m1 set-union ignores --vocabulary; use --m1 extend to add private words to it"
+            )
+        return self
+
+    @property
+    def vocabulary_selection(self) -> str:
+        """``m1`` with its default filled in: none with a public vocabulary, else set-union."""
+        return self.m1 or ("set-union" if self.vocabulary is None else "none")
 
     @classmethod
     def build(cls, **fields: Any) -> ReleaseRequest:

@@ -95,7 +95,14 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
     params["bounds"] = Bounds(**params["bounds"])
     params["pre"] = PreConfig(**params["pre"])
     params["batches"] = tuple(params["batches"])
-    return RunSpec(**params)
+    spec = RunSpec(**params)
+    if spec.vocabulary is not None or spec.prior is not None:
+        raise BadInputError(
+            f"run {run_id!r} used public data (--vocabulary or --prior); the audit's shadow "
+            "pipelines replicate DP set union and M2 without a public prior, so they would "
+            "audit a different pipeline. Auditing such releases is not supported yet"
+        )
+    return spec
 
 
 def _attack_summary(

@@ -45,8 +45,10 @@ class PublicVocabulary:
     words: list[str]
     counts: np.ndarray
 
-    def describe(self) -> str:
-        return f"{len(self.words)} words from {self.source}"
+    def most_frequent(self, n: int) -> list[str]:
+        """The n words with the largest public counts (ties alphabetical), sorted."""
+        order = np.lexsort((np.arange(len(self.words)), -self.counts))[:n]
+        return sorted(self.words[i] for i in order)
 
 
 def check_source(source: str) -> str:

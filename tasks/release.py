@@ -116,6 +116,58 @@ def topic_summaries(phi: np.ndarray, words: list[str], n: int = TOP_WORDS) -> li
     return summaries
 
 
+VOCABULARY_SOURCES = {
+    "set-union": "the private words, selected by DP set union",
+    "none": "public vocabulary {source}: its {size} most frequent words (M1 skipped: no "
+    "private data read, nothing charged)",
+    "bayesian-prior": "public vocabulary {source}: M1 released a DP word distribution over it "
+    "and kept its (at most) {size} most probable words (a word absent from it is never "
+    "released)",
+    "extend": "public vocabulary {source}: its {size} most frequent words, plus the private "
+    "words beyond them that DP set union selected",
+}
+
+
+def vocabulary_stage(spec: RunSpec, calibration) -> dict:
+    """The manifest's M1 entry: the vocabulary's source, and M1's budget if it spent any."""
+    source = VOCABULARY_SOURCES[spec.vocabulary_selection].format(
+        source=spec.vocabulary, size=spec.vocabulary_size
+    )
+    if calibration.m1 is None:
+        return {
+            "stage": "vocabulary",
+            "step": "M1",
+            "mechanism": "none (public vocabulary)",
+            "adjacency": "none",
+            "epsilon": 0.0,
+            "delta": 0.0,
+            "contributes_epsilon": 0.0,
+            "contributes_delta": 0.0,
+            "notion": "public",
+            "vocabulary_source": source,
+        }
+    m1 = calibration.plan.stage("vocabulary")
+    return {
+        "stage": "vocabulary",
+        "step": "M1",
+        "mechanism": m1.mechanism,
+        "adjacency": m1.adjacency.value,
+        "epsilon": m1.epsilon,
+        "delta": m1.delta,
+        "contributes_epsilon": m1.release_epsilon,
+        "contributes_delta": m1.release_delta,
+        "notion": m1.notion,
+        "parameters": calibration.m1.to_dict(),
+        "vocabulary_source": source,
+        "reference": (
+            "bayesian-dp-ngrams.txt sec. 3 (Algorithm 1, Corollary 1) with a global l2 bound; "
+            "fdptm/mechanisms/bayesian_prior.py"
+            if spec.vocabulary_selection == "bayesian-prior"
+            else "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020"
+        ),
+    }
+
+
 def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
     """The release's manifest; the guarantee is recomputed from the ledger's spends.
 
@@ -133,8 +185,10 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
         [spec.run_id],
     )
     spent = [e for e in entries if e["state"] == "spent"]
-    if len(entries) != 2 or sorted(e["stage"] for e in spent) != ["train", "vocabulary"]:
-        raise FdptmError(f"run {spec.run_id}: both DP stages must have spent before release")
+    if len(entries) != len(spec.dp_stages) or sorted(e["stage"] for e in spent) != sorted(
+        spec.dp_stages
+    ):
+        raise FdptmError(f"run {spec.run_id}: every DP stage must have spent before release")
     authors_are_documents = ledger.authors_are_documents(spec.dataset)
     spends = [(e["epsilon"], e["delta"], Adjacency(e["adjacency"])) for e in spent]
     guarantee = compose(
@@ -142,11 +196,9 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
         authors_are_documents=authors_are_documents,
         notions=[(e["notion"], e["gamma"]) for e in spent],
     )
-    m1 = plan.stage("vocabulary")
     m2 = plan.stage("train")
     m2_params = calibration.m2
     m2_guarantee = calibration.guarantee
-    su = calibration.m1
     batches = run_batches(spec)
     return {
         "manifest_version": 2,
@@ -184,31 +236,7 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
         },
         "budget_policy": plan.policy,
         "stages": [
-            {
-                "stage": "vocabulary",
-                "step": "M1",
-                "mechanism": m1.mechanism,
-                "adjacency": m1.adjacency.value,
-                "epsilon": m1.epsilon,
-                "delta": m1.delta,
-                "contributes_epsilon": m1.release_epsilon,
-                "contributes_delta": m1.release_delta,
-                "notion": m1.notion,
-                "parameters": su.to_dict(),
-                "vocabulary_source": (
-                    "the private words, selected by DP set union"
-                    if spec.vocabulary is None
-                    else f"public vocabulary {spec.vocabulary}: M1 released a DP word "
-                    f"distribution over it and kept its (at most) {spec.vocabulary_size} most "
-                    "probable words (a word absent from it is never released)"
-                ),
-                "reference": (
-                    "FDPTM paper sec. 4.2/4.4; Carvalho et al. 2022; Gopi et al. 2020"
-                    if spec.vocabulary is None
-                    else "bayesian-dp-ngrams.txt sec. 3 (Algorithm 1, Corollary 1) with a "
-                    "global l2 bound; fdptm/mechanisms/bayesian_prior.py"
-                ),
-            },
+            vocabulary_stage(spec, calibration),
             {
                 "stage": "train",
                 "step": "M2",

@@ -59,7 +59,6 @@ from fdptm.tasks.spec import RunSpec
 from fdptm.version import code_version
 
 T = TypeVar("T")
-DP_STAGES = ("vocabulary", "train")
 
 
 def new_run_id(dataset: str) -> str:
@@ -115,7 +114,7 @@ class Calibration:
     delta: float
     unit: Adjacency
     plan: BudgetPlan
-    m1: SetUnionParams | BayesianPriorParams
+    m1: SetUnionParams | BayesianPriorParams | None
     m2: Any
     guarantee: Guarantee
     bounding_seed: int
@@ -128,7 +127,7 @@ class Calibration:
 @lru_cache(maxsize=32)
 def _calibrated(
     key: str, unit: str
-) -> tuple[BudgetPlan, SetUnionParams | BayesianPriorParams, Any, Guarantee]:
+) -> tuple[BudgetPlan, SetUnionParams | BayesianPriorParams | None, Any, Guarantee]:
     spec = decode(json.loads(key))
     unit = Adjacency(unit)
     docs_are_units = unit == Adjacency.DOCUMENT
@@ -139,8 +138,11 @@ def _calibrated(
         spec.stage_specs(m1_adjacency),
         authors_are_documents=docs_are_units,
     )
-    m1 = plan.stage("vocabulary")
-    m1_params = spec.m1_params(m1.epsilon, m1.delta)
+    if "vocabulary" in spec.dp_stages:
+        m1 = plan.stage("vocabulary")
+        m1_params = spec.m1_params(m1.epsilon, m1.delta)
+    else:
+        m1_params = None
     m2 = plan.stage("train")
     m2_params = spec.m2_params(m2.epsilon, m2.delta, unit)
     guarantee = spec.m2.guarantee(m2_params)
@@ -207,7 +209,13 @@ def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
     """Load the run's public vocabulary and prior once before anything is reserved, so that
     a missing, private or empty source is refused (exit 2) before the run spends."""
     if spec.vocabulary is not None:
-        public_vocabulary.load(spec.vocabulary, workspace, spec.pre)
+        public = public_vocabulary.load(spec.vocabulary, workspace, spec.pre)
+        kept = min(len(public.words), spec.vocabulary_size)
+        if spec.vocabulary_selection == "none" and kept < spec.topics:
+            raise BadInputError(
+                f"the public vocabulary {spec.vocabulary!r} gives {kept} words, fewer than the "
+                f"{spec.topics} topics asked for; use a larger vocabulary or fewer --topics"
+            )
     if spec.prior is not None:
         if not spec.m2.takes_public_prior:
             raise BadInputError(
@@ -328,7 +336,8 @@ def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration,
             [run_id],
         )
     }
-    if entries.get("vocabulary", {}).get("state") not in ("spent", "reserved"):
+    spec = spec_of(workspace, run_id)
+    if entries.get(spec.dp_stages[0], {}).get("state") not in ("spent", "reserved"):
         raise BadInputError(
             f"run {run_id} never read private data (its reservation was refunded): nothing "
             "to resume; start a new release with the same parameters"
@@ -342,11 +351,10 @@ def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration,
     outputs = {"vocabulary": "vocabulary", "train": "topic_word"}
     lost = [
         stage
-        for stage in DP_STAGES
+        for stage in spec.dp_stages
         if entries[stage]["started_at"] is not None
         and catalog.artifact(f"run/{run_id}/{outputs[stage]}") is None
     ]
-    spec = spec_of(workspace, run_id)
     return spec, calibration_of(spec), lost
 
 
@@ -394,7 +402,7 @@ def prepare_resume(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibrat
 
 def begin_private_reads(spec: RunSpec) -> None:
     """The run is about to read ingested rows: spend its whole reservation first."""
-    Ledger(Catalog(Workspace.resolve(spec.workspace))).commit(spec.run_id)
+    Ledger(Catalog(Workspace.resolve(spec.workspace))).commit(spec.run_id, spec.dp_stages)
 
 
 def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:

@@ -8,7 +8,7 @@ not choose. Its defaults are the request's, read from the model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class RunSpec:
     max_items_per_author: int = 50
     m1_fraction: float = default("m1_fraction")
     vocabulary: str | None = default("vocabulary")
+    vocabulary_selection: str = "set-union"
     vocabulary_size: int = default("vocabulary_size")
     prior: str | None = default("prior")
     prior_iterations: int = 200
@@ -80,6 +81,7 @@ class RunSpec:
             set_union_policy=request.set_union_policy,
             m1_fraction=request.m1_fraction,
             vocabulary=request.vocabulary,
+            vocabulary_selection=request.vocabulary_selection,
             vocabulary_size=request.vocabulary_size,
             prior=request.prior,
             m2_options=dict(request.m2_options),
@@ -97,8 +99,23 @@ class RunSpec:
     def m2(self) -> Mechanism:
         return mechanism(self.mechanism)
 
+    @property
+    def dp_stages(self) -> tuple[str, ...]:
+        """The stages that spend: M2, and M1 unless the vocabulary is public (``m1=none``)."""
+        return ("train",) if self.vocabulary_selection == "none" else ("vocabulary", "train")
+
     def stage_specs(self, unit: Adjacency) -> list[StageSpec]:
         """M1 and M2 as the budget planner sees them, on a dataset whose unit is ``unit``."""
+        m2 = StageSpec(
+            "train",
+            self.mechanism,
+            self.m2.adjacency_for(unit),
+            self.m2.uses_delta,
+            1.0,
+            self.m2.notion,
+        )
+        if self.vocabulary_selection == "none":
+            return [m2]
         return [
             StageSpec(
                 "vocabulary",
@@ -108,20 +125,13 @@ class RunSpec:
                 self.m1_fraction,
                 APPROXIMATE_DP,
             ),
-            StageSpec(
-                "train",
-                self.mechanism,
-                self.m2.adjacency_for(unit),
-                self.m2.uses_delta,
-                1.0 - self.m1_fraction,
-                self.m2.notion,
-            ),
+            replace(m2, epsilon_fraction=1.0 - self.m1_fraction),
         ]
 
     @property
     def m1_mechanism(self) -> str:
         """M1's ledger name: the Bayesian public prior over a public vocabulary, else set union."""
-        if self.vocabulary is not None:
+        if self.vocabulary_selection == "bayesian-prior":
             return "bayesian-public-prior"
         return f"dp-set-union/{self.set_union_policy}"
 
@@ -133,7 +143,7 @@ class RunSpec:
         ``max_items_per_author`` words per unit (W) and weights words by eq. 5 with
         S = ``prior_scale``.
         """
-        if self.vocabulary is not None:
+        if self.vocabulary_selection == "bayesian-prior":
             return bayesian_prior.calibrate(
                 epsilon,
                 delta,

@@ -140,6 +140,8 @@ def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) 
                 "hash recorded in the catalog: it was changed or corrupted after ingest. "
                 "Restore it from a backup; the run stopped before reading it."
             )
+    if spec.vocabulary is not None:  # public data, stored with the run before the spend
+        public_vocabulary(spec)
     if spend:  # an internal, uncharged run (``fdptm compare``) has nothing to spend
         begin_private_reads(spec)
     return [
@@ -158,27 +160,36 @@ def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
 
 
 def vocabulary(spec: RunSpec, bounded: dict) -> dict:
-    """M1 at the run's calibrated budget: DP set union, or the Bayesian public prior over the
-    run's public vocabulary (its DP word distribution is kept as ``word_prior``, a DP output).
-    The vocabulary is a DP output."""
+    """The release's vocabulary by ``spec.vocabulary_selection``, a DP output or public.
+
+    ``set-union``: DP set union of the private words. With a public vocabulary (read first:
+    public data): ``none``, its most frequent words, no private data read and no charge;
+    ``extend``, those words plus the private words beyond them that DP set union selects;
+    ``bayesian-prior``, the most probable words of the Bayesian public prior's DP
+    distribution (kept as ``word_prior``, a DP output).
+    """
     if done := stored(spec, "vocabulary", dp_output=True):
         return done
+    public = None if spec.vocabulary is None else public_vocabulary(spec)
+    if spec.vocabulary_selection == "none":
+        words = public.most_frequent(spec.vocabulary_size)
+        return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
     params = calibration_of(spec).m1
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
-    public = (
-        None if spec.vocabulary is None else public_vocabulary(spec)
-    )  # public data: read before the mechanism starts
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    if public is None:
-        words = select_vocabulary(load(spec, bounded), params, noise)
-    else:
-        chosen = select_with_public_prior(
-            load(spec, bounded), public, params, spec.vocabulary_size, noise
-        )
+    tokens = load(spec, bounded)
+    if spec.vocabulary_selection == "bayesian-prior":
+        chosen = select_with_public_prior(tokens, public, params, spec.vocabulary_size, noise)
         words = chosen.words
         prior = pa.table({"word": chosen.words, "probability": chosen.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")
+    elif spec.vocabulary_selection == "extend":
+        listed = public.most_frequent(spec.vocabulary_size)
+        beyond = select_vocabulary(tokens, params, noise, exclude=frozenset(listed))
+        words = sorted(set(listed) | set(beyond))
+    else:
+        words = select_vocabulary(tokens, params, noise)
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
 
 

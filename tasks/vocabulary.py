@@ -30,16 +30,25 @@ from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.public_vocabulary import PublicVocabulary
 
 
-def select_vocabulary(tokens: pa.Table, params: SetUnionParams, noise: NoiseSource) -> list[str]:
-    """The DP vocabulary of a (doc_id, author_id, tokens) table."""
+def select_vocabulary(
+    tokens: pa.Table,
+    params: SetUnionParams,
+    noise: NoiseSource,
+    exclude: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The DP vocabulary of a (doc_id, author_id, tokens) table, among the words not in
+    ``exclude`` (a public list: dropping its words from every unit is a per-unit function)."""
     lists = tokens.column("tokens").combine_chunks()
-    if len(pc.list_flatten(lists)) == 0:
+    flat = pc.list_flatten(lists)
+    keep = pc.invert(pc.is_in(flat, value_set=pa.array(sorted(exclude), pa.string())))
+    keep = keep.to_numpy(zero_copy_only=False)
+    if not keep.any():
         return []
     doc_author = (
         pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
     )
-    parents = pc.list_parent_indices(lists).to_numpy()
-    words = pc.dictionary_encode(pc.list_flatten(lists))
+    parents = pc.list_parent_indices(lists).to_numpy()[keep]
+    words = pc.dictionary_encode(flat.filter(pa.array(keep)))
     word_idx = words.indices.to_numpy()
     dictionary = words.dictionary
     table = author_items(doc_author[parents], word_idx, len(dictionary))

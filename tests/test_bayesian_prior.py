@@ -143,27 +143,35 @@ def test_selection_score_sensitivity_is_the_loss_cap_and_the_noise_is_2l_over_ep
 
 
 def test_report_noisy_min_output_probabilities_obey_epsilon_on_neighbours():
-    """P[k | D] <= e^eps P[k | D'] for the selection's real scores on neighbouring sets.
+    """P[k | D] <= e^eps P[k | D'] for the selection's real scores on neighbours built to be
+    worst case: without the removed unit the two candidates tie; the unit's loss is ~0 under
+    one and the cap L under the other. 400,000 Laplace draws, tolerance 4 binomial standard
+    errors. The negative control (an 8x smaller noise scale) must fail the same check, so the
+    check has the power to catch a noise scale that is too small."""
+    prior = np.log(np.array([0.97, 0.01, 0.01, 0.01]))  # theta at rho = 0
+    noisy = np.log(np.array([0.01, 0.01, 0.01, 0.97]))  # theta at rho = 1
+    rhos, cap, eps = (0.0, 1.0), 3.0, 1.0
+    units = np.arange(21)
+    words = np.r_[np.zeros(10, int), np.full(10, 3), 0]  # unit 20 is the removed one
+    with_unit = bp.UnitCounts(units, words, np.ones(21, int), 4)
+    neighbour = without(with_unit, 20)
+    rng = np.random.default_rng(0)
 
-    Simulated with 400,000 Laplace draws; the tolerance is 4 binomial standard errors.
-    """
-    rng = np.random.default_rng(4)
-    validation = random_counts(rng, 40, 25, 2)
-    prior = rng.normal(size=25)
-    noisy = rng.normal(size=25) * 3
-    rhos = (0.0, 0.4, 0.8)
-    cap, eps = 2.5, 1.0
-    neighbour = without(validation, 0)
-    draws = np.random.default_rng(0).laplace(0, 2 * cap / eps, (400_000, 3))
-
-    def frequencies(counts: bp.UnitCounts) -> np.ndarray:
+    def frequencies(counts: bp.UnitCounts, scale: float) -> np.ndarray:
         scores = [bp.clipped_losses(counts, bp.posterior(noisy, prior, r), cap) for r in rhos]
-        return np.bincount(np.argmin(scores + draws, axis=1), minlength=3) / len(draws)
+        draws = rng.laplace(0, scale, (400_000, 2))
+        return np.bincount(np.argmin(scores + draws, axis=1), minlength=2) / len(draws)
 
-    p, q = frequencies(validation), frequencies(neighbour)
-    tolerance = 4 * np.sqrt(np.maximum(p, q) / len(draws))
-    assert np.all(p <= math.exp(eps) * q + tolerance)
-    assert np.all(q <= math.exp(eps) * p + tolerance)
+    def within(scale: float) -> bool:
+        p, q = frequencies(with_unit, scale), frequencies(neighbour, scale)
+        tolerance = 4 * np.sqrt(np.maximum(p, q) / 400_000)
+        return bool(
+            np.all(p <= math.exp(eps) * q + tolerance)
+            and np.all(q <= math.exp(eps) * p + tolerance)
+        )
+
+    assert within(2 * cap / eps)
+    assert not within(cap / (4 * eps))
 
 
 def test_brute_force_sensitivity_matches_recomputing_the_papers_f():
@@ -179,3 +187,49 @@ def test_brute_force_sensitivity_matches_recomputing_the_papers_f():
 
     direct = max(np.linalg.norm(f(counts) - f(without(counts, n))) for n in range(25))
     assert bp.brute_force_sensitivity(counts, scale, clip) == pytest.approx(direct)
+
+
+def test_the_bound_holds_after_truncation_to_w_words_with_a_word_at_its_peak():
+    """Units with up to 30 words cut to W = 5, one word shared by about C/S units: removing
+    any unit of the bounded data moves r by at most sqrt(W) max_N b(N)."""
+    rng = np.random.default_rng(12)
+    scale, clip, w = 0.05, 2, 5
+    unit, word, count = [], [], []
+    for u in range(60):
+        chosen = rng.choice(40, size=int(rng.integers(1, 31)), replace=False)
+        chosen = np.unique(np.r_[0, chosen])  # word 0 is held by every unit: N = 60
+        unit += [u] * len(chosen)
+        word += chosen.tolist()
+        count += rng.integers(1, 6, len(chosen)).tolist()
+    raw = bp.UnitCounts(np.array(unit), np.array(word), np.array(count), 40)
+    bounded = raw.bounded(clip, w, np.random.default_rng(0))
+    r = bp.weighted_log_counts(bounded, scale, clip)
+    limit = math.sqrt(w) * bp.per_word_bound(scale, clip)
+    worst = max(
+        np.linalg.norm(r - bp.weighted_log_counts(without(bounded, n), scale, clip))
+        for n in range(60)
+    )
+    assert worst <= limit
+    with pytest.raises(ValueError, match="must be >= 1"):
+        bp.UnitCounts(np.array([0]), np.array([1]), np.array([0]), 3).bounded(1, 1, rng)
+    with pytest.raises(ValueError, match="must appear once"):
+        bp.UnitCounts(np.array([0, 0]), np.array([1, 1]), np.array([1, 1]), 3).bounded(1, 1, rng)
+
+
+def test_unit_counts_count_each_units_words_of_the_vocabulary_only():
+    import pyarrow as pa
+
+    from fdptm.tasks.vocabulary import unit_counts
+
+    tokens = pa.table(
+        {
+            "doc_id": ["d1", "d2", "d3"],
+            "author_id": ["a", "a", "b"],
+            "tokens": [["x", "y", "x"], ["z", "q"], ["y", "q", "q"]],
+        }
+    )
+    counts = unit_counts(tokens, ["x", "y", "z"])
+    rows = (counts.unit.tolist(), counts.word.tolist(), counts.count.tolist())
+    got = sorted(zip(*rows, strict=True))
+    assert got == [(0, 0, 2), (0, 1, 1), (0, 2, 1), (1, 1, 1)]
+    assert counts.n_words == 3

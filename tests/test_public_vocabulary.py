@@ -30,7 +30,7 @@ def datasets(workspace, tmp_path):
     public.write_text("\n".join(TOPICS * 10 + ["zebra giraffe"]))
     ingest(public, "pub", workspace, public=True)
     private = tmp_path / "private.txt"
-    private.write_text("\n".join(TOPICS * 100 + ["secretword lonely"]))
+    private.write_text("\n".join(TOPICS * 100 + ["kettle banana"] * 100 + ["secretword lonely"]))
     ingest(private, "priv", workspace)
     return workspace
 
@@ -61,6 +61,49 @@ def test_sources_go_through_pre_and_are_checked(workspace, tmp_path, datasets):
         )
 
 
+def test_m1_modes_need_a_public_vocabulary_and_set_union_ignores_one():
+    base = dict(dataset="d", epsilon=3.0, delta=1e-5, topics=2)
+    with pytest.raises(BadInputError, match="--m1 none selects within a public vocabulary"):
+        ReleaseRequest.build(**base, m1="none")
+    with pytest.raises(BadInputError, match="use --m1 extend"):
+        ReleaseRequest.build(**base, m1="set-union", vocabulary="wordfreq:en")
+    assert ReleaseRequest.build(**base).vocabulary_selection == "set-union"
+    assert ReleaseRequest.build(**base, vocabulary="wordfreq:en").vocabulary_selection == "none"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("m1", ["none", "extend"])
+def test_public_vocabulary_without_m1_or_extended_by_set_union(datasets, m1):
+    """none: the public list's most frequent words, M1 never charged and M2 gets the whole
+    budget; extend: those words plus private words beyond them (DP set union, charged)."""
+    from fdptm.flows.release import release
+
+    out = release(
+        ReleaseRequest(
+            dataset="priv", epsilon=40.0, delta=1e-5, topics=2, iterations=10,
+            vocabulary="public:pub", m1=m1, vocabulary_size=6,
+            workspace=str(datasets.root), seed=2,
+        )
+    )  # fmt: skip
+    path = datasets.root / "releases" / out["run_id"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    words = set(pq.read_table(path / "vocabulary.parquet").column("word").to_pylist())
+    public = public_vocabulary.load("public:pub", datasets, PreConfig())
+    listed = set(public.most_frequent(6))
+    entries = Ledger(Catalog(datasets)).entries("priv")
+    if m1 == "none":
+        assert words == listed
+        assert [(e["stage"], e["state"]) for e in entries] == [("train", "spent")]
+        assert entries[0]["epsilon"] == pytest.approx(40.0)
+        assert manifest["stages"][0]["epsilon"] == 0.0
+        assert "nothing charged" in manifest["stages"][0]["vocabulary_source"]
+    else:
+        assert listed <= words and "kettle" not in public.words
+        assert "kettle" in words  # 100 private documents hold it: set union adds it
+        assert sorted(e["stage"] for e in entries) == ["train", "vocabulary"]
+    assert manifest["guarantee"]["epsilon"] == pytest.approx(40.0)
+
+
 def test_a_prior_must_be_public_and_the_mechanism_must_take_one(datasets):
     from fdptm.tasks.run import preflight
 
@@ -86,6 +129,7 @@ def test_release_with_a_public_vocabulary(datasets):
             topics=2,
             iterations=20,
             vocabulary="public:pub",
+            m1="bayesian-prior",
             vocabulary_size=8,
             prior="pub",
             workspace=str(datasets.root),
