@@ -122,6 +122,13 @@ def test_empirical_bayes_rho_trusts_data_only_beyond_the_noise():
     assert bp.empirical_bayes_rho(same, prior, sigma) < 0.1
     far = prior + rng.normal(scale=5.0, size=5000) + rng.normal(scale=sigma, size=5000)
     assert bp.empirical_bayes_rho(far, prior, sigma) == pytest.approx(25 / 26, abs=0.03)
+    # pure noise: rho > 0 only when the sample variance exceeds its mean by two standard
+    # errors, about 2.3% of seeds (without the margin: half); 400 seeds, binomial sd 0.75%
+    loud = [
+        bp.empirical_bayes_rho(prior[:300] + g.normal(scale=7.0, size=300), prior[:300], 7.0)
+        for g in (np.random.default_rng(s) for s in range(400))
+    ]
+    assert np.mean(np.array(loud) > 0) < 0.023 + 4 * 0.0075
 
 
 def test_selection_score_sensitivity_is_the_loss_cap_and_the_noise_is_2l_over_epsilon():
