@@ -216,6 +216,13 @@ def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
                 f"the public vocabulary {spec.vocabulary!r} gives {kept} words, fewer than the "
                 f"{spec.topics} topics asked for; use a larger vocabulary or fewer --topics"
             )
+        if spec.vocabulary_selection == "bayesian-prior" and kept == len(public.words):
+            raise BadInputError(
+                f"--m1 bayesian-prior would keep every word of the public vocabulary "
+                f"{spec.vocabulary!r} ({len(public.words)} words, --vocabulary-size "
+                f"{spec.vocabulary_size}), so M1 would spend its share for nothing: use --m1 "
+                "none (the whole budget to M2) or a --vocabulary-size below the list's size"
+            )
     if spec.prior is not None:
         if not spec.m2.takes_public_prior:
             raise BadInputError(

@@ -114,6 +114,8 @@ def test_a_prior_must_be_public_and_the_mechanism_must_take_one(datasets):
         preflight(ReleaseRequest(**base, prior="pub", mechanism="hdp-lda"))
     with pytest.raises(BadInputError, match="no dataset named 'nope'"):
         preflight(ReleaseRequest(**base, prior="nope"))
+    with pytest.raises(BadInputError, match="M1 would spend its share for nothing"):
+        preflight(ReleaseRequest(**base, vocabulary="public:pub", m1="bayesian-prior"))
     assert Ledger(Catalog(datasets)).entries("priv") == []
 
 
