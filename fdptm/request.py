@@ -85,7 +85,7 @@ class ReleaseRequest(BaseModel):
         description="with --vocabulary: words kept, the most probable under M1's DP distribution",
     )
     m1_fraction: float = Field(
-        0.25, gt=0, lt=1, description="share of epsilon for M1, vocabulary selection"
+        0.5, gt=0, lt=1, description="share of epsilon for M1, vocabulary selection"
     )
     max_docs_per_author: int = Field(
         100, ge=1, description="contribution bound: documents kept per author"

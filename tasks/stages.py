@@ -266,7 +266,7 @@ def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> d
 
 
 def prior_topics(spec: RunSpec, vocab: pa.Table) -> np.ndarray:
-    """k x (V + 1) topic-word counts of non-private CGS on the public prior dataset, over the
+    """k x (V + 1) topic-word counts of non-private CGS on the public prior dataset over the
     release's vocabulary and SAN's OOV column (public data and a DP vocabulary only)."""
     workspace, _ = _env(spec)
     words = vocab.column("word").to_pylist()

@@ -52,7 +52,7 @@ def test_audit_of_a_dp_vi_release(tmp_path, pheme_raw, capsys):
     assert 0 <= u["non_private_words_above_floor"] <= 10
     # the release's claim and each stage's share of the default split (25% / 75%)
     claims = {k: c["epsilon"] for k, c in report["claims_per_document"].items()}
-    assert claims == pytest.approx({"release": 5.0, "M1": 1.25, "M2": 3.75})
+    assert claims == pytest.approx({"release": 5.0, "M1": 2.5, "M2": 2.5})
     assert report["suspects"] == [] and not any(b["exceeded"] for b in report["bounds"].values())
     assert set(report["attacks"]) == {
         "lira-online",

@@ -140,8 +140,8 @@ def test_compare_is_internal_and_spends_nothing(pheme_ws, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "NOT differentially private" in out
-    assert "| hdp-lda | (7.5, 0)-DP | word |" in out
-    assert "| cdp-lda | unproven claim of (7.5, 0)-DP | word |" in out
+    assert "| hdp-lda | (5, 0)-DP | word |" in out
+    assert "| cdp-lda | unproven claim of (5, 0)-DP | word |" in out
     assert "| NPMI | diversity | above floor | held-out LL/token | UMass |" in out
     assert _ledger_size(pheme_ws) == before
     catalog = Catalog(pheme_ws)

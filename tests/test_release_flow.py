@@ -59,7 +59,7 @@ def test_release_files_and_guarantee(released):
     ] == [2.0, 1.0]
     m1, m2 = manifest["stages"]
     assert (m1["adjacency"], m2["adjacency"]) == ("document", "word")
-    assert m1["epsilon"] == pytest.approx(50.0) and m2["epsilon"] == pytest.approx(300.0)
+    assert m1["epsilon"] == pytest.approx(100.0) and m2["epsilon"] == pytest.approx(200.0)
     assert m2["parameters"]["laplace_scale"] == pytest.approx(
         2 / m2["parameters"]["epsilon_laplace"]
     )

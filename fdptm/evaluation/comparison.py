@@ -37,7 +37,7 @@ from fdptm.evaluation.metrics import (
 )
 from fdptm.evaluation.topwords import words_above_floor
 from fdptm.mechanisms.guarantee import label
-from fdptm.mechanisms.lda import Corpus, train_cgs
+from fdptm.mechanisms.lda import Corpus, subset, train_cgs, without_word
 from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -78,28 +78,6 @@ def split_documents(corpus: Corpus, holdout: float, seed: int) -> tuple[Corpus, 
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(99,)))
     test = rng.random(corpus.n_docs) < holdout
     return subset(corpus, ~test), subset(corpus, test)
-
-
-def subset(corpus: Corpus, keep: np.ndarray) -> Corpus:
-    """The documents where ``keep`` is True, in order."""
-    lengths = np.diff(corpus.doc_ptr)
-    token_keep = np.repeat(keep, lengths)
-    doc_ptr = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
-    np.cumsum(lengths[keep], out=doc_ptr[1:])
-    authors = None if corpus.doc_author is None else corpus.doc_author[keep]
-    return Corpus(doc_ptr, corpus.words[token_keep], corpus.n_words, authors)
-
-
-def without_word(corpus: Corpus, word: int) -> Corpus:
-    """The corpus with every token of ``word`` removed and ``n_words`` cut to ``word``
-    (the OOV id is the last one), documents left empty dropped."""
-    keep_token = corpus.words != word
-    owner = np.repeat(np.arange(corpus.n_docs), np.diff(corpus.doc_ptr))
-    lengths = np.bincount(owner[keep_token], minlength=corpus.n_docs)
-    doc_ptr = np.zeros(corpus.n_docs + 1, dtype=np.int64)
-    np.cumsum(lengths, out=doc_ptr[1:])
-    trimmed = Corpus(doc_ptr, corpus.words[keep_token], word, corpus.doc_author)
-    return subset(trimmed, lengths > 0)
 
 
 def compare(

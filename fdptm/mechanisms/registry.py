@@ -58,6 +58,7 @@ class Mechanism:
     fixed: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     public_check: str | None = None
+    trains_on_oov: bool = True
 
     def _fn(self, name: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), name)
@@ -92,8 +93,24 @@ class Mechanism:
         if self.public_check:
             self._fn(self.public_check)(params, n_words)
 
-    def train(self, *args: Any, **kwargs: Any) -> Any:
-        return self._fn(self.train_name)(*args, **kwargs)
+    def train(self, corpus: Any, n_topics: int, params: Any, noise: Any, **kwargs: Any) -> Any:
+        """The topic-word matrix over ``corpus``'s columns, SAN's OOV id (the last) included.
+
+        A mechanism that does not train on the OOV token (``trains_on_oov``) gets the corpus
+        without it (and a public prior without its column) and returns a zero OOV column.
+        """
+        fn = self._fn(self.train_name)
+        if self.trains_on_oov:
+            return fn(corpus, n_topics, params, noise, **kwargs)
+        import numpy as np
+
+        from fdptm.mechanisms.lda import without_word
+
+        oov = corpus.n_words - 1
+        if kwargs.get("public_topics") is not None:
+            kwargs["public_topics"] = np.asarray(kwargs["public_topics"])[:, :oov]
+        phi = fn(without_word(corpus, oov), n_topics, params, noise, **kwargs)
+        return np.hstack([phi, np.zeros((phi.shape[0], 1))])
 
     @property
     def takes_public_prior(self) -> bool:
@@ -223,6 +240,7 @@ MECHANISMS: dict[str, Mechanism] = {
             "fdptm.mechanisms.dp_vi",
             "dp_vi_params",
             "train_dp_vi",
+            trains_on_oov=False,
         ),
     ]
 }
