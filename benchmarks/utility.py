@@ -109,14 +109,16 @@ def _zhu(max_tokens: int) -> dict[str, Any]:
 
 def rows_target1(zhu_tokens: int) -> list[Row]:
     return [
-        Row("default", "dp-vi (defaults: 100 iterations, m1_fraction 0.25)", quick=True),
+        Row("default", "dp-vi (defaults: 100 iterations, threshold 2, m1_fraction 0.5)",
+            quick=True),
         Row("it20", "dp-vi, iterations 20", {"iterations": 20}, quick=True),
         Row("it10", "dp-vi, iterations 10", {"iterations": 10}),
         Row("th1", "dp-vi, threshold 1 (m2 option)", {"m2_options": {"threshold": 1.0}}),
+        Row("th3", "dp-vi, threshold 3 (the earlier default)", {"m2_options": {"threshold": 3.0}}),
         Row("it10-th1", "dp-vi, iterations 10, threshold 1",
             {"iterations": 10, "m2_options": {"threshold": 1.0}}),
         Row("m1f0.1", "dp-vi, m1_fraction 0.1", {"m1_fraction": 0.1}),
-        Row("m1f0.5", "dp-vi, m1_fraction 0.5", {"m1_fraction": 0.5}),
+        Row("m1f0.25", "dp-vi, m1_fraction 0.25 (the earlier default)", {"m1_fraction": 0.25}),
         Row("zhu", f"FDPTM paper: set union + zhu (unproven), max_tokens_per_doc {zhu_tokens}",
             _zhu(zhu_tokens), quick=True),
     ]  # fmt: skip
@@ -1038,9 +1040,8 @@ def _diagnose(
         parts.append(
             f"; words above the floor: the weakest topic keeps {above:.0f} (non-private on the "
             f"same vocabulary {_med(same_vocab, 'min_above_floor'):.0f}) because dp-vi zeroes "
-            "every statistic below 3 noise standard deviations (option `threshold`), so a "
-            "topic keeps only words whose noisy count clears it; `threshold 1` fills the top 10 "
-            "but with words that are mostly noise (lower NPMI)"
+            "every statistic below `threshold` (default 2) noise standard deviations, so a "
+            "topic keeps only words whose noisy count clears it"
         )
     return "".join(parts) + "."
 

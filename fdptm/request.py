@@ -63,8 +63,8 @@ class ReleaseRequest(BaseModel):
     vocabulary: str | None = Field(
         None,
         description="public vocabulary: public:DATASET (ingested with --public), "
-        "wordfreq:LANG[:N] or a word-list file; M1 is then the Bayesian public-prior "
-        "mechanism over it (default: DP set union over the private words)",
+        "wordfreq:LANG[:N] or a word-list file; --m1 says how M1 uses it (default: no "
+        "public vocabulary, DP set union over the private words)",
     )
     prior: str | None = Field(
         None,
