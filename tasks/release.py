@@ -35,7 +35,7 @@ from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.run import calibration_of
 from fdptm.tasks.spec import RunSpec
-from fdptm.tasks.stages import run_batches
+from fdptm.tasks.stages import released_parameters, run_batches
 from fdptm.tasks.validation import Check, failed_checks, failing_rows
 from fdptm.version import code_version
 
@@ -168,8 +168,12 @@ def vocabulary_stage(spec: RunSpec, calibration) -> dict:
     }
 
 
-def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
+def build_manifest(
+    spec: RunSpec, words: list[str], phi: np.ndarray, released: dict | None = None
+) -> dict:
     """The release's manifest; the guarantee is recomputed from the ledger's spends.
+
+    ``released``: DP parameters M2 released with the matrix (dp-vi's private clipping norm).
 
     It carries the release date, never a time: a start time (or a run id made of one) next
     to a finishing time would publish the pipeline's run time, which grows with the input.
@@ -260,6 +264,7 @@ def build_manifest(spec: RunSpec, words: list[str], phi: np.ndarray) -> dict:
                     "topics": spec.topics,
                     "options": spec.m2_options,
                 },
+                "released_parameters": released or {},
                 "reference": spec.m2.summary,
             },
         ],
@@ -362,7 +367,7 @@ def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
     tw_table = read_parquet(workspace.root / topic_word["path"], topic_word["sha256"])
     words = vocab_table.column("word").to_pylist()
     phi = np.stack(tw_table.column("probabilities").to_numpy(zero_copy_only=False))
-    manifest = build_manifest(spec, words, phi)
+    manifest = build_manifest(spec, words, phi, released_parameters(tw_table))
     _validate(words, phi, manifest, plan)
     staging = workspace.run_dir(spec.run_id) / "release-staging"
     shutil.rmtree(staging, ignore_errors=True)

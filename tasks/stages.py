@@ -15,6 +15,7 @@ a DP stage whose output exists never runs twice.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import numpy as np
@@ -36,6 +37,8 @@ from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
 from fdptm.tasks.vocabulary import select_vocabulary, select_with_public_prior, vocabulary_table
+
+RELEASED_KEY = "fdptm.released"
 
 Progress = Callable[[int], None] | None
 
@@ -258,11 +261,15 @@ def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> d
             spec.run_id, "train", f"refunded: M2 refused the DP vocabulary's size: {exc}"
         )
         raise
-    public = {} if spec.prior is None else {"public_topics": prior_topics(spec, load(spec, vocab))}
+    extra = {} if spec.prior is None else {"public_topics": prior_topics(spec, load(spec, vocab))}
+    released: dict = {}
+    if spec.m2.releases_parameters:
+        extra["released"] = released
     start_mechanism(spec, "train")
     corpus = corpus_of(load(spec, san), n_words)
-    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **public)
-    return _save(spec, "train", "topic_word", topic_word_table(drop_oov(phi)), "public")
+    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **extra)
+    table = topic_word_table(drop_oov(phi), released)
+    return _save(spec, "train", "topic_word", table, "public")
 
 
 def prior_topics(spec: RunSpec, vocab: pa.Table) -> np.ndarray:
@@ -301,9 +308,13 @@ def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -
     return _save(spec, "baseline", "baseline_topic_word", table, "internal")
 
 
-def topic_word_table(phi: np.ndarray) -> pa.Table:
-    """k x V as Parquet: one row per topic, ``probabilities`` aligned with the vocabulary."""
-    return pa.table(
+def topic_word_table(phi: np.ndarray, released: dict | None = None) -> pa.Table:
+    """k x V as Parquet: one row per topic, ``probabilities`` aligned with the vocabulary.
+
+    ``released``: DP parameters the mechanism released with the matrix (dp-vi's private
+    clipping norm), kept as JSON in the schema metadata under RELEASED_KEY.
+    """
+    table = pa.table(
         {
             "topic": pa.array(np.arange(phi.shape[0]), pa.int32()),
             "probabilities": pa.FixedSizeListArray.from_arrays(
@@ -311,3 +322,12 @@ def topic_word_table(phi: np.ndarray) -> pa.Table:
             ),
         }
     )
+    if not released:
+        return table
+    return table.replace_schema_metadata({RELEASED_KEY: json.dumps(released, sort_keys=True)})
+
+
+def released_parameters(table: pa.Table) -> dict:
+    """The DP parameters ``topic_word_table`` stored with the matrix ({} when none)."""
+    raw = (table.schema.metadata or {}).get(RELEASED_KEY.encode())
+    return {} if raw is None else json.loads(raw)

@@ -66,7 +66,13 @@ def _last_manifest(workspace) -> dict:
         ("hdp-lda", ["--m2-option", "nope=1"], "has no option(s) ['nope']"),
         ("hdp-lda", ["--m2-option", "clip=-3"], "clipping bound C must be"),
         ("hdp-lda", ["--m2-option", "clip"], "a mechanism option is key=value"),
-        ("dp-vi", ["--m2-option", "clip=-1"], "clip (the per-unit L2 bound C) must be"),
+        ("dp-vi", ["--m2-option", "clip=-1"], "clip (the per-unit L2 bound C, or 'private')"),
+        ("dp-vi", ["--m2-option", "clip=median"], "clip (the per-unit L2 bound C, or 'private')"),
+        (
+            "dp-vi",
+            ["--m2-option", "clip=private", "--m2-option", "accountant=pld"],
+            "clip=private composes a zCDP quantile",
+        ),
         ("dp-vi", ["--m2-option", "sampling_rate=1.5"], "sampling_rate"),
         ("spectral", ["--m2-option", "config=5"], "config"),
         ("spectral", ["--m2-option", "config=3"], "--mechanism spectral-unproven"),
@@ -102,6 +108,24 @@ def test_unproven_mechanism_released_only_with_override_and_labelled(pheme_ws, c
     )[0]
     assert entry["notion"] == "claimed-unproven"
     assert json.loads(entry["accounting"])["epsilon"] == pytest.approx(m2["epsilon"])
+
+
+def test_dp_vi_with_a_private_clip_releases_the_chosen_norm(pheme_ws):
+    import pyarrow.parquet as pq
+
+    from fdptm.mechanisms.dp_vi import CANDIDATES
+
+    assert _release(pheme_ws, "dp-vi", "--m2-option", "clip=private") == 0
+    manifest = _last_manifest(pheme_ws)
+    m2 = manifest["stages"][1]
+    assert m2["parameters"]["clip"] == "private" and m2["parameters"]["noise_std"] is None
+    chosen = m2["released_parameters"]["clip"]
+    assert chosen in CANDIDATES
+    assert m2["accounting"]["event"]["events"][0]["type"] == "zcdp"
+    assert m2["accounting"]["epsilon"] <= m2["epsilon"]
+    row = Catalog(pheme_ws).query("SELECT path FROM releases ORDER BY released_at DESC LIMIT 1")
+    table = pq.read_table(pheme_ws.root / row[0]["path"] / "topic_word.parquet")
+    assert json.loads(table.schema.metadata[b"fdptm.released"]) == {"clip": chosen}
 
 
 def test_hdp_lda_manifest_reports_basic_and_tighter_totals(pheme_ws):

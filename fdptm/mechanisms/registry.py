@@ -117,6 +117,12 @@ class Mechanism:
         """Whether the trainer accepts ``public_topics`` (a public prior's topic counts)."""
         return "public_topics" in inspect.signature(self._fn(self.train_name)).parameters
 
+    @property
+    def releases_parameters(self) -> bool:
+        """Whether the trainer releases DP parameters of its own (``released``: dp-vi's
+        private clipping norm), which the manifest reports."""
+        return "released" in inspect.signature(self._fn(self.train_name)).parameters
+
     def guarantee(self, params: Any) -> Guarantee:
         g = params.guarantee()
         if g.notion != self.notion:

@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import randomgen
 
+from fdptm.privacy import quantile
+
 if TYPE_CHECKING:
     from opendp.mod import Measurement
 
@@ -63,10 +65,12 @@ GRID_EXPONENT = -20
 OPENDP_LAPLACE = "opendp.measurements.make_laplace(f64 vector, exact)"
 OPENDP_GAUSSIAN = "opendp.measurements.make_gaussian(f64 vector, exact)"
 OPENDP_GRID_LAPLACE = f"opendp.measurements.make_laplace(f64 vector, k = {GRID_EXPONENT})"
+OPENDP_QUANTILE = "opendp.measurements.make_private_quantile(f64 vector, zCDP)"
+NUMPY_QUANTILE = "numpy.random.Generator.gumbel (exponential mechanism)"
 NUMPY_LAPLACE = "numpy.random.Generator.laplace"
 NUMPY_GAUSSIAN = "numpy.random.Generator.normal"
 NUMPY_GRID_LAPLACE = f"numpy.random.Generator.laplace rounded to 2^{GRID_EXPONENT}"
-SAFE_SAMPLERS = (OPENDP_LAPLACE, OPENDP_GAUSSIAN, OPENDP_GRID_LAPLACE)
+SAFE_SAMPLERS = (OPENDP_LAPLACE, OPENDP_GAUSSIAN, OPENDP_GRID_LAPLACE, OPENDP_QUANTILE)
 CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
 
 _CHUNK = 1 << 12
@@ -223,6 +227,23 @@ class NoiseSource:
         draws = np.round(self.generator.laplace(0.0, scale, zeros.shape) / unit) * unit
         return self._count(NUMPY_GRID_LAPLACE, draws)
 
+    def private_quantile(
+        self, values: np.ndarray, candidates: np.ndarray, alpha: float, scale: float
+    ) -> float:
+        """A candidate near the ``alpha``-quantile of ``values`` (one per privacy unit), by
+        the exponential mechanism of ``fdptm.privacy.quantile`` at ``scale``.
+
+        Secure: OpenDP's ``make_private_quantile``. Numpy: Gumbel draws from ``generator``.
+        """
+        scale = _check_scale("quantile scale", scale, True)
+        array = _as_finite(values).ravel()
+        if self.secure:
+            measurement = quantile.opendp_quantile_measurement(candidates, alpha, scale)
+            self._count(OPENDP_QUANTILE, np.ones(1))
+            return float(measurement(array.tolist()))
+        self._count(NUMPY_QUANTILE, np.ones(1))
+        return quantile.exponential_mechanism(array, candidates, alpha, scale, self.generator)
+
     def _count(self, sampler: str, noisy: np.ndarray) -> np.ndarray:
         self.draws[sampler] = self.draws.get(sampler, 0) + noisy.size
         return noisy
@@ -246,6 +267,8 @@ class NoiseSource:
                     f"{OPENDP_GRID_LAPLACE}: discrete Laplace on the grid 2^{GRID_EXPONENT}, "
                     "added exactly to integer counts (zhu, cdp-lda, cdp-lda-plus)"
                 ),
+                "quantile": f"{OPENDP_QUANTILE}: the exponential mechanism by Gumbel report-"
+                "noisy-min (dp-vi's private clipping norm)",
                 "noise_randomness": f"OpenSSL RAND_bytes inside OpenDP {opendp} (a CSPRNG)",
                 "other_randomness": (
                     f"numpy.random.Generator over {CSPRNG} (randomgen {version('randomgen')}, "
@@ -260,6 +283,7 @@ class NoiseSource:
             "laplace": f"{NUMPY_LAPLACE} (inverse CDF), added in floating point",
             "gaussian": f"{NUMPY_GAUSSIAN} (ziggurat), added in floating point",
             "grid_laplace": NUMPY_GRID_LAPLACE,
+            "quantile": NUMPY_QUANTILE,
             "noise_randomness": "numpy PCG64 (not a CSPRNG)",
             "other_randomness": "numpy PCG64 (not a CSPRNG)",
             "seeding": "fixed seed (reproducible; anyone who knows it can remove the noise; "
