@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from fdptm.errors import BadInputError
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, parse_option
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, parse_option
 
 SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
@@ -58,7 +58,14 @@ class ReleaseRequest(BaseModel):
         description="release with a mechanism whose DP claim is unproven (zhu, cdp-lda, "
         "cdp-lda-plus, spectral-unproven); the manifest says so",
     )
-    iterations: int = Field(100, ge=1, description="iterations of M2")
+    iterations: int = Field(100, ge=1, description="iterations of M2 (with --tune: unused)")
+    tune: bool = Field(
+        False,
+        strict=True,
+        description="choose dp-vi's iterations, threshold and clipping privately on held-out "
+        "units (Papernot & Steinke's random repetition, inside M2's budget); the grid is "
+        "--m2-option tune_iterations=20,50,100 tune_thresholds=1,2,3 tune_clips=2",
+    )
     set_union_policy: SetUnionPolicy = Field("weighted", description="M1 (DP set union) policy")
     vocabulary: str | None = Field(
         None,
@@ -154,6 +161,15 @@ class ReleaseRequest(BaseModel):
             return check_source(value)
         except Refused as exc:
             raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _tune_has_a_tuned_form(self) -> ReleaseRequest:
+        if self.tune and self.mechanism not in TUNED:
+            raise ValueError(
+                f"--tune selects hyper-parameters of {', '.join(TUNED)} only, not "
+                f"{self.mechanism!r}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _m1_fits_the_vocabulary(self) -> ReleaseRequest:

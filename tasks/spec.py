@@ -15,7 +15,7 @@ from typing import Any
 from fdptm.mechanisms import bayesian_prior
 from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
-from fdptm.mechanisms.registry import Mechanism, mechanism
+from fdptm.mechanisms.registry import Mechanism, mechanism, tuned
 from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
@@ -38,6 +38,7 @@ class RunSpec:
     topics: int
     iterations: int = default("iterations")
     mechanism: str = default("mechanism")
+    tune: bool = default("tune")
     seed: int | None = default("seed")
     bounding_seed: int = 0
     set_union_policy: str = default("set_union_policy")
@@ -77,6 +78,7 @@ class RunSpec:
             topics=request.topics,
             iterations=request.iterations,
             mechanism=request.mechanism,
+            tune=request.tune,
             seed=request.seed,
             set_union_policy=request.set_union_policy,
             m1_fraction=request.m1_fraction,
@@ -97,7 +99,8 @@ class RunSpec:
 
     @property
     def m2(self) -> Mechanism:
-        return mechanism(self.mechanism)
+        """The M2 mechanism, in its tuned form with ``tune``."""
+        return tuned(self.mechanism) if self.tune else mechanism(self.mechanism)
 
     @property
     def dp_stages(self) -> tuple[str, ...]:
@@ -108,7 +111,7 @@ class RunSpec:
         """M1 and M2 as the budget planner sees them, on a dataset whose unit is ``unit``."""
         m2 = StageSpec(
             "train",
-            self.mechanism,
+            self.m2.name,
             self.m2.adjacency_for(unit),
             self.m2.uses_delta,
             1.0,

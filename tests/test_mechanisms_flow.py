@@ -128,6 +128,31 @@ def test_dp_vi_with_a_private_clip_releases_the_chosen_norm(pheme_ws):
     assert json.loads(table.schema.metadata[b"fdptm.released"]) == {"clip": chosen}
 
 
+def test_a_tuned_release_states_the_selection_and_its_price(pheme_ws):
+    grid = ["--m2-option", "tune_iterations=5,10", "--m2-option", "mean_trials=2"]
+    assert _release(pheme_ws, "dp-vi", "--tune", *grid) == 0
+    m2 = _last_manifest(pheme_ws)["stages"][1]
+    assert m2["mechanism"] == "dp-vi+tune"
+    assert m2["accounting"]["event"]["type"] == "repeat_and_select"
+    assert m2["accounting"]["epsilon"] <= m2["epsilon"]
+    chosen = m2["released_parameters"]
+    assert chosen["iterations"] in (5, 10) and chosen["threshold"] in (1.0, 2.0, 3.0)
+    grid_rows = m2["parameters"]["grid"]
+    assert len(grid_rows) == 6
+    assert m2["parameters"]["single_trial_epsilon"] < m2["epsilon"]
+    entry = Catalog(pheme_ws).query(
+        "SELECT mechanism FROM ledger WHERE stage = 'train' ORDER BY created_at DESC"
+    )[0]
+    assert entry["mechanism"] == "dp-vi+tune"
+
+
+def test_tune_is_refused_for_a_mechanism_without_a_tuned_form(pheme_ws, capsys):
+    before = _ledger_size(pheme_ws)
+    assert _release(pheme_ws, "hdp-lda", "--tune") == 2
+    assert "--tune selects hyper-parameters of dp-vi only" in capsys.readouterr().err
+    assert _ledger_size(pheme_ws) == before
+
+
 def test_hdp_lda_manifest_reports_basic_and_tighter_totals(pheme_ws):
     assert _release(pheme_ws, "hdp-lda") == 0
     m2 = _last_manifest(pheme_ws)["stages"][1]

@@ -210,10 +210,21 @@ def heldout_loglik_per_token(
 ) -> float:
     """Document-completion log-likelihood per scored token (nats) of ``corpus`` (held-out
     documents) under ``phi``: theta from the even positions, the odd ones scored."""
-    observed = doc_word_matrix(corpus, slice(0, None, 2)).tocoo()
-    scored = doc_word_matrix(corpus, slice(1, None, 2)).tocoo()
+    loglik, scored = completion_logliks(phi, corpus, alpha=alpha, iterations=iterations)
     if scored.sum() == 0:
         raise ValueError("no held-out token to score: documents need at least two tokens")
+    return float(loglik.sum() / scored.sum())
+
+
+def completion_logliks(
+    phi: np.ndarray, corpus: Corpus, *, alpha: float = 0.1, iterations: int = 50
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: the document-completion log-likelihood of its odd-position tokens
+    given theta fitted (EM, ``iterations`` rounds) to its even-position ones, and how many
+    tokens were scored. ``phi`` is mixed with UNIFORM_MIX of the uniform distribution, so
+    every scored token's log-likelihood is at least log(UNIFORM_MIX / V)."""
+    observed = doc_word_matrix(corpus, slice(0, None, 2)).tocoo()
+    scored = doc_word_matrix(corpus, slice(1, None, 2)).tocoo()
     k = phi.shape[0]
     phi = (1.0 - UNIFORM_MIX) * phi + UNIFORM_MIX / phi.shape[1]
     theta = np.full((corpus.n_docs, k), 1.0 / k)
@@ -228,7 +239,10 @@ def heldout_loglik_per_token(
         theta = expected + alpha
         theta /= theta.sum(axis=1, keepdims=True)
     likelihood = (theta[scored.row] * phi[:, scored.col].T).sum(axis=1)
-    return float((scored.data * np.log(likelihood)).sum() / scored.data.sum())
+    loglik = np.bincount(
+        scored.row, weights=scored.data * np.log(likelihood), minlength=corpus.n_docs
+    )
+    return loglik, np.bincount(scored.row, weights=scored.data, minlength=corpus.n_docs)
 
 
 def completion_perplexity(

@@ -252,6 +252,33 @@ MECHANISMS: dict[str, Mechanism] = {
 }
 
 
+TUNED: dict[str, Mechanism] = {
+    "dp-vi": Mechanism(
+        "dp-vi+tune",
+        "dp-vi with private hyper-parameter selection (Papernot & Steinke 2022, Theorem 2)",
+        APPROXIMATE_DP,
+        True,
+        _same_unit,
+        "fdptm.mechanisms.tuning",
+        "tuned_dp_vi_params",
+        "train_tuned_dp_vi",
+        trains_on_oov=False,
+    )
+}
+"""The mechanisms ``--tune`` can wrap, as the tuned mechanism a run then uses."""
+
+
+def tuned(name: str) -> Mechanism:
+    """The tuned form of mechanism ``name``; BadInputError when it has none."""
+    try:
+        return TUNED[name]
+    except KeyError:
+        raise BadInputError(
+            f"--tune selects hyper-parameters of {', '.join(TUNED)} only, not {name!r}; "
+            "drop --tune or use --mechanism dp-vi"
+        ) from None
+
+
 def mechanism(name: str) -> Mechanism:
     """The registered mechanism ``name``; BadInputError lists the available ones."""
     try:

@@ -35,6 +35,17 @@ def pure(epsilon: float) -> dict:
     return {"type": "zcdp", "rho": epsilon**2 / 2.0, "from_pure_epsilon": epsilon}
 
 
+def zcdp(rho: float) -> dict:
+    """A rho-zCDP step (Bun & Steinke 2016)."""
+    return {"type": "zcdp", "rho": rho}
+
+
+def repeat_and_select(event: dict, mean: float, shape: float) -> dict:
+    """Run ``event`` a random number of times (truncated negative binomial of ``shape`` and
+    ``mean``; 1 = geometric) and release only the best run (Papernot & Steinke 2022)."""
+    return {"type": "repeat_and_select", "mean": mean, "shape": shape, "event": event}
+
+
 def self_composed(event: dict, count: int) -> dict:
     return {"type": "self_composed", "count": count, "event": event}
 
@@ -60,6 +71,10 @@ def to_dp_event(event: dict) -> dp_accounting.DpEvent:
         return dp_accounting.SelfComposedDpEvent(to_dp_event(event["event"]), event["count"])
     if kind == "composed":
         return dp_accounting.ComposedDpEvent([to_dp_event(e) for e in event["events"]])
+    if kind == "repeat_and_select":
+        return dp_accounting.dp_event.RepeatAndSelectDpEvent(
+            to_dp_event(event["event"]), event["mean"], event["shape"]
+        )
     if kind == "poisson_sampled":
         return dp_accounting.PoissonSampledDpEvent(
             event["sampling_probability"], to_dp_event(event["event"])
@@ -73,8 +88,9 @@ def _kinds(event: dict) -> set[str]:
 
 
 def accountant_for(event: dict) -> str:
-    """ "pld" unless the event has zCDP steps, which only the RDP accountant composes."""
-    return "rdp" if "zcdp" in _kinds(event) else "pld"
+    """ "pld" unless the event has zCDP steps or a repeat-and-select, which only the RDP
+    accountant composes."""
+    return "rdp" if {"zcdp", "repeat_and_select"} & _kinds(event) else "pld"
 
 
 def epsilon_of(event: dict, delta: float, accountant: str | None = None) -> float:
