@@ -12,6 +12,11 @@ Clopper-Pearson on the other half), against the claim of the part of the release
 confidence (Bonferroni over the attacks). A bound above its claim fails the audit (exit
 code 4). ``flows/audit.py`` runs the models as tasks.
 
+Releases that used public data are audited as they ran: the pipeline models select their
+vocabulary from the run's stored public vocabulary by the run's ``--m1`` mode (with ``none``
+there is no M1, no M1 claim and no vocabulary attack, and the pipeline models are the M2
+models), and a ``--prior`` is learned again, non-privately, on each model's vocabulary.
+
 Nothing here is DP and nothing is released: the audit reads private data and its results
 are internal artifacts (``internal/audits/<run_id>-<mode>/``); the ledger is not charged.
 """
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm.audit.attacks import attacks, verdict
@@ -40,6 +46,7 @@ from fdptm.audit.shadows import (
 )
 from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
+from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.set_union import SetUnionParams
 from fdptm.privacy.accountant import plan_budget
 from fdptm.privacy.adjacency import Adjacency
@@ -50,9 +57,11 @@ from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
+from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
-from fdptm.tasks.vocabulary import select_vocabulary
+from fdptm.tasks.stages import prior_counts, public_vocabulary
+from fdptm.tasks.vocabulary import choose_words
 
 MODES = ("online", "offline")
 LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
@@ -95,14 +104,7 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
     params["bounds"] = Bounds(**params["bounds"])
     params["pre"] = PreConfig(**params["pre"])
     params["batches"] = tuple(params["batches"])
-    spec = RunSpec(**params)
-    if spec.vocabulary is not None or spec.prior is not None:
-        raise BadInputError(
-            f"run {run_id!r} used public data (--vocabulary or --prior); the audit's shadow "
-            "pipelines replicate DP set union and M2 without a public prior, so they would "
-            "audit a different pipeline. Auditing such releases is not supported yet"
-        )
-    return spec
+    return RunSpec(**params)
 
 
 def _attack_summary(
@@ -125,7 +127,7 @@ class AuditPlan:
 
     spec: AuditSpec
     run: RunSpec
-    m1: SetUnionParams
+    m1: SetUnionParams | BayesianPriorParams | None
     m2: Any
     bounded_path: str
     bounded_sha256: str
@@ -134,6 +136,13 @@ class AuditPlan:
     vocabulary: tuple[str, ...]
     manifest: dict
     claims: dict[str, DocumentClaim]
+    public: PublicVocabulary | None
+    prior_tokens: pa.Table | None
+
+    @property
+    def has_m1(self) -> bool:
+        """Whether the run had an M1 stage (not with a public vocabulary and ``--m1 none``)."""
+        return self.m1 is not None
 
 
 def plan_audit(spec: AuditSpec) -> AuditPlan:
@@ -146,14 +155,15 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         raise BadInputError(f"the confidence must be in (0, 1), got {spec.confidence!r}")
     workspace = Workspace.resolve(spec.workspace).require()
     catalog = Catalog(workspace)
-    run = release_spec(catalog, spec.run_id)
+    run = replace(release_spec(catalog, spec.run_id), workspace=str(workspace.root))
     ledger = Ledger(catalog)
     unit = ledger.default_unit(run.dataset)
     docs_are_units = ledger.authors_are_documents(run.dataset)
     budget = plan_budget(
         run.epsilon, run.delta, run.stage_specs(unit), authors_are_documents=docs_are_units
     )
-    m1, m2 = budget.stage("vocabulary"), budget.stage("train")
+    m2 = budget.stage("train")
+    m1 = budget.stage("vocabulary") if "vocabulary" in run.dp_stages else None
     bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
     n_docs = bounded_row["n_rows"]
     if n_docs < 20:
@@ -178,10 +188,16 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
     bounded_path = workspace.root / bounded_row["path"]
     gen = NoiseSource.internal(spec.seed, 70).generator
     m2_params = run.m2_params(m2.epsilon, m2.delta, unit)
+    claims = {
+        "release": per_document(g["epsilon"], g["delta"], g["adjacency"], g.get("gamma", 0.0)),
+        "M2": per_document(m2.epsilon, m2.delta, m2.adjacency, run.m2.guarantee(m2_params).gamma),
+    }
+    if m1 is not None:
+        claims["M1"] = per_document(m1.epsilon, m1.delta, m1.adjacency)
     return AuditPlan(
         spec,
         run,
-        run.m1_params(m1.epsilon, m1.delta),
+        None if m1 is None else run.m1_params(m1.epsilon, m1.delta),
         m2_params,
         str(bounded_path),
         bounded_row["sha256"],
@@ -189,45 +205,55 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         universe_size(read_parquet(bounded_path, bounded_row["sha256"])),
         tuple(pq.read_table(release / "vocabulary.parquet").column("word").to_pylist()),
         manifest,
-        {
-            "release": per_document(g["epsilon"], g["delta"], g["adjacency"], g.get("gamma", 0.0)),
-            "M1": per_document(m1.epsilon, m1.delta, m1.adjacency),
-            "M2": per_document(
-                m2.epsilon, m2.delta, m2.adjacency, run.m2.guarantee(m2_params).gamma
-            ),
-        },
+        claims,
+        None if run.vocabulary is None else public_vocabulary(run),
+        None if run.prior is None else public_tokens(run.prior, workspace, run.pre),
     )
 
 
 def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelScores]:
     """Train the two models of half ``index`` (0 is the target's) and score every document
-    under each: one through the pipeline (its own M1), one through M2 alone on the audited
-    release's vocabulary (public), so that only M2 sees the half."""
+    under each: one through the pipeline (its own M1, from the run's public vocabulary as
+    the run used it), one through M2 alone on the audited release's vocabulary (public), so
+    that only M2 sees the half. Without M1 (``--m1 none``) the two are the same model. A
+    ``--prior`` is learned again on each model's vocabulary, as the run did on its own."""
     bounded = read_parquet(Path(plan.bounded_path), plan.bounded_sha256)
     members = plan.masks[index]
+    run = plan.run
 
     def own_vocabulary(table, noise):
-        return select_vocabulary(table, plan.m1, noise)
+        words, _ = choose_words(
+            run.vocabulary_selection, table, plan.public, plan.m1, run.vocabulary_size, noise
+        )
+        return words
 
-    def released_vocabulary(table, noise):
-        return list(plan.vocabulary)
-
-    def train(corpus, noise):
-        return plan.run.m2.train(corpus, plan.run.topics, plan.m2, noise)
+    def trainer(words):
+        extra = {}
+        if plan.prior_tokens is not None and words:
+            noise = NoiseSource.internal(plan.spec.seed, 100 + 2 * len(plan.masks) + index)
+            extra["public_topics"] = prior_counts(run, plan.prior_tokens, words, noise)
+        return lambda corpus, noise: run.m2.train(corpus, run.topics, plan.m2, noise, **extra)
 
     def scores(model):
-        return score_documents(model, bounded, plan.run.topics, plan.universe)
+        return score_documents(model, bounded, run.topics, plan.universe)
+
+    def fixed(words):
+        return lambda table, noise: words
 
     noise = NoiseSource.internal(plan.spec.seed, 100 + index)
-    model = train_on(bounded, members, own_vocabulary, train, noise)
+    words = own_vocabulary(bounded.filter(pa.array(members)), noise)
+    model = train_on(bounded, members, fixed(words), trainer(words), noise)
     pipeline = scores(model)
     if index == 0:  # the configuration's held-out utility, on the half the target never saw
         pipeline = replace(
             pipeline,
             held_out_loglik_per_token=complement_loglik_per_token(model, bounded, members),
         )
+    if not plan.has_m1:
+        return pipeline, pipeline
+    released = list(plan.vocabulary)
     noise = NoiseSource.internal(plan.spec.seed, 100 + len(plan.masks) + index)
-    return pipeline, scores(train_on(bounded, members, released_vocabulary, train, noise))
+    return pipeline, scores(train_on(bounded, members, fixed(released), trainer(released), noise))
 
 
 def release_utility(
@@ -259,8 +285,8 @@ def _failure(plan: AuditPlan, outcome: dict, out: Path) -> str:
     run = plan.run
     names = {
         "release": f"the release ({plan.claims['release'].reason})",
-        "M1": f"M1 (dp-set-union/{run.set_union_policy}) alone",
-        "M2": f"M2 ({run.mechanism}) alone, on the released vocabulary",
+        "M1": f"M1 ({run.m1_mechanism}) alone",
+        "M2": f"M2 ({run.m2.name}) alone, on the released vocabulary",
     }
     found = "; ".join(
         f"{names[scope]}: epsilon >= {b['lower_bound']:.4g} per document against a claim of "
@@ -286,7 +312,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
     target_mask = plan.masks[0]
     manifest = plan.manifest
     g = manifest["guarantee"]
-    found = attacks(spec.mode, plan.masks, pipeline, m2_only)
+    found = attacks(spec.mode, plan.masks, pipeline, m2_only, with_m1=plan.has_m1)
     per_bound = 1 - (1 - spec.confidence) / len(found)  # Bonferroni: all bounds hold at once
     results = {}
     for name, attack in found.items():

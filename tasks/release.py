@@ -168,6 +168,12 @@ def vocabulary_stage(spec: RunSpec, calibration) -> dict:
     }
 
 
+TUNED_ASSUMES = (
+    "the run's duration and the catalog's internal timestamps stay with the operator: they "
+    "grow with the number of trials, which Papernot & Steinke's bound requires to be secret"
+)
+
+
 def build_manifest(
     spec: RunSpec, words: list[str], phi: np.ndarray, released: dict | None = None
 ) -> dict:
@@ -258,6 +264,7 @@ def build_manifest(
                     "this vocabulary, initialise the first E-step and are added to eta "
                     "(times prior_weight) in every M-step; no privacy cost"
                 ),
+                "assumes": TUNED_ASSUMES if spec.tune else None,
                 "accounting": m2_guarantee.to_dict(),
                 "parameters": {
                     **m2_params.to_dict(),

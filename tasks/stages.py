@@ -36,7 +36,7 @@ from fdptm.tasks.public_vocabulary import PublicVocabulary
 from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
-from fdptm.tasks.vocabulary import select_vocabulary, select_with_public_prior, vocabulary_table
+from fdptm.tasks.vocabulary import choose_words, vocabulary_table
 
 RELEASED_KEY = "fdptm.released"
 
@@ -181,18 +181,17 @@ def vocabulary(spec: RunSpec, bounded: dict) -> dict:
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    tokens = load(spec, bounded)
-    if spec.vocabulary_selection == "bayesian-prior":
-        chosen = select_with_public_prior(tokens, public, params, spec.vocabulary_size, noise)
-        words = chosen.words
+    words, chosen = choose_words(
+        spec.vocabulary_selection,
+        load(spec, bounded),
+        public,
+        params,
+        spec.vocabulary_size,
+        noise,
+    )
+    if chosen is not None:
         prior = pa.table({"word": chosen.words, "probability": chosen.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")
-    elif spec.vocabulary_selection == "extend":
-        listed = public.most_frequent(spec.vocabulary_size)
-        beyond = select_vocabulary(tokens, params, noise, exclude=frozenset(listed))
-        words = sorted(set(listed) | set(beyond))
-    else:
-        words = select_vocabulary(tokens, params, noise)
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
 
 
@@ -276,10 +275,16 @@ def prior_topics(spec: RunSpec, vocab: pa.Table) -> np.ndarray:
     """k x (V + 1) topic-word counts of non-private CGS on the public prior dataset over the
     release's vocabulary and SAN's OOV column (public data and a DP vocabulary only)."""
     workspace, _ = _env(spec)
-    words = vocab.column("word").to_pylist()
     tokens = public_vocabulary_source.public_tokens(spec.prior, workspace, spec.pre)
-    corpus = corpus_of(sanitize(tokens, words), len(words))
     noise = NoiseSource.internal(spec.seed, STAGE_STREAMS["prior"])
+    return prior_counts(spec, tokens, vocab.column("word").to_pylist(), noise)
+
+
+def prior_counts(
+    spec: RunSpec, tokens: pa.Table, words: list[str], noise: NoiseSource
+) -> np.ndarray:
+    """``prior_topics`` on already loaded public ``tokens`` over ``words`` (and OOV)."""
+    corpus = corpus_of(sanitize(tokens, words), len(words))
     return cgs_topic_counts(corpus, spec.topics, spec.prior_iterations, noise)
 
 

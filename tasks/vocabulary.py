@@ -103,6 +103,31 @@ def select_with_public_prior(
     return PriorSelection([public.words[i] for i in keep], prior, rho)
 
 
+def choose_words(
+    selection: str,
+    tokens: pa.Table,
+    public: PublicVocabulary | None,
+    params: SetUnionParams | BayesianPriorParams | None,
+    size: int,
+    noise: NoiseSource,
+) -> tuple[list[str], PriorSelection | None]:
+    """The vocabulary of ``selection`` (``RunSpec.vocabulary_selection``) and, for
+    ``bayesian-prior``, its DP selection. ``none`` reads no private token: the public
+    list's ``size`` most frequent words. ``extend``: those plus the private words DP set
+    union selects beyond them. ``set-union``: DP set union of the private words.
+    """
+    if selection == "none":
+        return public.most_frequent(size), None
+    if selection == "bayesian-prior":
+        chosen = select_with_public_prior(tokens, public, params, size, noise)
+        return chosen.words, chosen
+    if selection == "extend":
+        listed = public.most_frequent(size)
+        beyond = select_vocabulary(tokens, params, noise, exclude=frozenset(listed))
+        return sorted(set(listed) | set(beyond)), None
+    return select_vocabulary(tokens, params, noise), None
+
+
 def vocabulary_table(words: list[str]) -> pa.Table:
     """The released vocabulary: index (column of topic_word) and word."""
     return pa.table(

@@ -110,3 +110,45 @@ def test_audited_release_flow_releases_then_audits(tmp_path, pheme_raw):
     assert out["audit"]["run_id"] == out["release"]["run_id"]
     assert out["audit"]["verdict"] == "passed"  # a failed audit raises instead
     assert (workspace.root / "releases" / out["release"]["run_id"] / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    "public_args,claims,has_vocabulary_attack",
+    [
+        (
+            ["--vocabulary", "public:open", "--m1", "none", "--prior", "open"],
+            {"release", "M2"},
+            False,
+        ),
+        (
+            ["--vocabulary", "public:open", "--m1", "bayesian-prior", "--vocabulary-size", "200"],
+            {"release", "M1", "M2"},
+            True,
+        ),
+    ],
+)
+def test_audit_of_a_release_that_used_public_data(
+    tmp_path, pheme_raw, capsys, public_args, claims, has_vocabulary_attack
+):
+    """The shadows use the run's stored public vocabulary as the run did (M1 skipped, or the
+    Bayesian prior over it) and learn the public prior again on their own vocabulary."""
+    from fdptm.storage.workspace import Workspace
+
+    workspace = Workspace.resolve(tmp_path / "ws")
+    ingest(pheme_raw, "pheme", workspace)
+    ingest(pheme_raw, "open", workspace, public=True)
+    ws = ["--workspace", str(workspace.root)]
+    args = ["--dataset", "pheme", "--epsilon", "3", "--delta", "1e-5", "--topics", "4"]
+    release = ["release", *args, "--iterations", "5", "--seed", "2", "--no-progress"]
+    assert main([*release, *public_args, *ws]) == 0
+    capsys.readouterr()
+    catalog = Catalog(workspace)
+    run_id = catalog.query("SELECT run_id FROM releases")[0]["run_id"]
+    assert main(["audit", "--run", run_id, "--shadows", "3", "--seed", "1", *ws]) == 0
+    row = catalog.query("SELECT path FROM artifacts WHERE stage = 'audit'")[0]
+    report = json.loads((workspace.root / row["path"]).read_text())
+    assert set(report["claims_per_document"]) == claims == set(report["bounds"])
+    assert ("lira-online-vocabulary" in report["attacks"]) == has_vocabulary_attack
+    assert report["verdict"] == "passed"
+    if "M1" not in claims:  # M2 gets the whole budget
+        assert report["claims_per_document"]["M2"]["epsilon"] == pytest.approx(3.0)

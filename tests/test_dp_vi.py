@@ -306,11 +306,21 @@ def test_bad_parameters_are_rejected_before_any_data_is_read(change):
         dp_vi.dp_vi_params(eps, delta, **args)
 
 
+@pytest.mark.parametrize("clip", [2.0, "private"])
+def test_a_corpus_without_tokens_trains_to_noise_and_is_not_refused(clip):
+    """A refusal after the spend would depend on the data (every token OOV, or an empty
+    training split under --tune); the release is noise around eta instead."""
+    p = params(3.0, iterations=3, clip=clip)
+    for n_docs in (0, 3):
+        empty = Corpus(np.zeros(n_docs + 1, dtype=np.int64), np.zeros(0, dtype=np.int32), 10)
+        released: dict = {}
+        phi = dp_vi.train_dp_vi(empty, 4, p, NoiseSource.create(0), released=released)
+        assert phi.shape == (4, 10) and np.allclose(phi.sum(axis=1), 1.0)
+        assert (clip == "private") == ("clip" in released)
+
+
 def test_unusable_corpora_are_rejected(small):
     p = params()
-    empty = Corpus(np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32), 10)
-    with pytest.raises(BadInputError):
-        dp_vi.train_dp_vi(empty, 4, p, NoiseSource.create(0))
     c = small.corpus
     corrupt = Corpus(c.doc_ptr, c.words, 5, c.doc_author)
     with pytest.raises(BadInputError):

@@ -136,7 +136,9 @@ def test_a_tuned_release_states_the_selection_and_its_price(pheme_ws):
     assert m2["accounting"]["event"]["type"] == "repeat_and_select"
     assert m2["accounting"]["epsilon"] <= m2["epsilon"]
     chosen = m2["released_parameters"]
+    assert set(chosen) == {"iterations", "threshold", "clip"}  # never K, never a score
     assert chosen["iterations"] in (5, 10) and chosen["threshold"] in (1.0, 2.0, 3.0)
+    assert "duration" in m2["assumes"]
     grid_rows = m2["parameters"]["grid"]
     assert len(grid_rows) == 6
     assert m2["parameters"]["single_trial_epsilon"] < m2["epsilon"]

@@ -76,7 +76,8 @@ def test_both_samplers_draw_from_the_exponential_mechanism(secure):
     probability 1e-4 (OpenDP's draws cannot be seeded; numpy's are)."""
     alpha, scale, draws = 0.5, 2.0, 3000
     source = NoiseSource.create(None) if secure else NoiseSource.create(11)
-    out = [source.private_quantile(VALUES, CANDIDATES, alpha, scale) for _ in range(draws)]
+    rho = quantile.rho(alpha, scale) * (1 + 1e-6)
+    out = [source.private_quantile(VALUES, CANDIDATES, alpha, scale, rho) for _ in range(draws)]
     observed = np.array([np.sum(np.asarray(out) == c) for c in CANDIDATES])
     assert observed.sum() == draws  # every output is a candidate
     expected = draws * probabilities(VALUES, alpha, scale)
@@ -84,12 +85,14 @@ def test_both_samplers_draw_from_the_exponential_mechanism(secure):
     assert source.draws == {(OPENDP_QUANTILE if secure else NUMPY_QUANTILE): draws}
 
 
-def test_the_quantile_refuses_a_zero_scale_and_non_finite_values():
+def test_the_quantile_refuses_a_zero_scale_non_finite_values_and_an_unaccounted_cost():
     source = NoiseSource.create(1)
     with pytest.raises(ValueError, match="scale"):
-        source.private_quantile(VALUES, CANDIDATES, 0.5, 0.0)
+        source.private_quantile(VALUES, CANDIDATES, 0.5, 0.0, 1.0)
     with pytest.raises(ValueError, match="finite"):
-        source.private_quantile(np.array([1.0, np.nan]), CANDIDATES, 0.5, 1.0)
+        source.private_quantile(np.array([1.0, np.nan]), CANDIDATES, 0.5, 1.0, 1.0)
+    with pytest.raises(ValueError, match="costs more than rho"):
+        source.private_quantile(VALUES, CANDIDATES, 0.5, 1.0, quantile.rho(0.5, 1.0) / 2)
 
 
 # --- dp-vi's private clipping norm ------------------------------------------------------
@@ -167,3 +170,29 @@ def test_training_releases_a_clip_near_the_unit_norms_quantile():
         assert c in dp_vi.CANDIDATES
         # within one grid step (19%) of the empirical quantile, with eps 50 and 200 units
         assert np.quantile(norms, alpha) / 1.2 <= c <= np.quantile(norms, alpha) * 1.2
+
+
+def test_neighbouring_authors_change_the_quantiles_input_by_one_value():
+    """Through the pipeline's own path (SAN's OOV-only documents dropped by ``without_word``,
+    then ``prepare``): authors left without documents are no units, so adding the last
+    author adds one norm, not one per empty author before it."""
+    from collections import Counter
+
+    from fdptm.mechanisms.lda import without_word
+
+    oov = 4
+    # author 0 is real; authors 1..50 wrote only OOV tokens
+    words = [0, 1, 2] + [oov] * 50
+    doc_ptr = list(range(0, 4, 3)) + [3 + i for i in range(1, 51)]
+    authors = list(range(51))
+    d = Corpus(np.array(doc_ptr), np.array(words), oov + 1, np.array(authors))
+    d_plus = Corpus(
+        np.array([*doc_ptr, 55]), np.array([*words, 1, 3]), oov + 1, np.array([*authors, 51])
+    )
+
+    def norms(corpus):
+        data = dp_vi.prepare(without_word(corpus, oov), Adjacency.AUTHOR)
+        return Counter(np.round(dp_vi.unit_norms(data), 12).tolist())
+
+    difference = (norms(d_plus) - norms(d)) + (norms(d) - norms(d_plus))
+    assert sum(difference.values()) == 1

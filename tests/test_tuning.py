@@ -151,3 +151,19 @@ def test_a_corpus_without_author_ids_splits_documents():
     p = params(holdout=0.5)
     train, test, units = tuning.split_units(corpus, p, np.random.default_rng(0))
     assert train.n_docs + test.n_docs == 3 and len(units) == test.n_docs
+
+
+def test_an_empty_training_split_releases_noise_instead_of_failing():
+    """With every unit held out (holdout near 1, two units) the trials train on nothing;
+    a refusal after the spend would depend on the number of units."""
+    corpus = Corpus(np.array([0, 3, 6]), np.array([0, 1, 2, 2, 1, 0]), 3, np.array([0, 1]))
+    p = params(5.0, tune_iterations="3", holdout=0.999, mean_trials=2.0)
+    train, _, _ = tuning.split_units(corpus, p, np.random.default_rng(0))
+    assert train.n_docs == 0
+    released: dict = {}
+    phi = tuning.train_tuned_dp_vi(corpus, 3, p, NoiseSource.create(0), released=released)
+    assert np.allclose(phi.sum(axis=1), 1.0) and set(released) == {
+        "iterations",
+        "threshold",
+        "clip",
+    }

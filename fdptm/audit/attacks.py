@@ -50,12 +50,18 @@ def _lira(mode: str, masks: np.ndarray, models: list[ModelScores], statistic) ->
 
 
 def attacks(
-    mode: str, masks: np.ndarray, pipeline: list[ModelScores], m2_only: list[ModelScores]
+    mode: str,
+    masks: np.ndarray,
+    pipeline: list[ModelScores],
+    m2_only: list[ModelScores],
+    *,
+    with_m1: bool = True,
 ) -> dict[str, Attack]:
-    """Every attack on the target (model 0 of each set, trained on ``masks[0]``)."""
+    """Every attack on the target (model 0 of each set, trained on ``masks[0]``); without
+    an M1 stage (a public vocabulary) there is no vocabulary attack, nothing to test."""
     name = f"lira-{mode}"
     theta = pipeline[0].in_vocabulary
-    return {
+    found = {
         name: Attack(_lira(mode, masks, pipeline, lambda m: m.release_zeta), "release"),
         f"{name}-eq3": Attack(
             _lira(mode, masks, pipeline, lambda m: m.in_vocabulary.zeta), "release"
@@ -68,13 +74,16 @@ def attacks(
         "huang-negative-entropy": Attack(theta.negative_entropy(), "release"),
         f"m2-{name}": Attack(_lira(mode, masks, m2_only, lambda m: m.in_vocabulary.zeta), "M2"),
     }
+    if not with_m1:
+        del found[f"{name}-vocabulary"]
+    return found
 
 
 def verdict(results: dict[str, dict], claims: dict[str, DocumentClaim]) -> dict:
     """Per scope, the largest bound against its claim; pass or fail; the suspect stages
     ("undetermined" when only the release-level test failed)."""
     bounds = {}
-    for scope in SCOPES:
+    for scope in (s for s in SCOPES if s in claims):
         found = max(
             r["epsilon_lower_bound"]["epsilon"] for r in results.values() if r["scope"] == scope
         )
@@ -84,7 +93,7 @@ def verdict(results: dict[str, dict], claims: dict[str, DocumentClaim]) -> dict:
             "lower_bound": found,
             "exceeded": claim is not None and found > claim,
         }
-    suspects = [s for s in ("M1", "M2") if bounds[s]["exceeded"]]
+    suspects = [s for s in ("M1", "M2") if s in bounds and bounds[s]["exceeded"]]
     if bounds["release"]["exceeded"] and not suspects:
         suspects = ["undetermined"]
     return {

@@ -253,7 +253,9 @@ def clip_rho(noise_multiplier: float, iterations: int, clip_share: float) -> flo
 
     T unsampled rounds of the Gaussian with multiplier z are T / (2 z^2)-zCDP; the quantile
     gets rho_q with rho_q / (rho_q + T / (2 z^2)) = clip_share. Tying rho_q to z keeps the
-    whole event a function of z, so one calibration fixes both.
+    whole event a function of z, so one calibration fixes both. With Poisson sampling
+    (q < 1) the rounds cost less than T / (2 z^2), so the quantile's real share is larger
+    than clip_share; the accounting composes the actual events either way.
     """
     if clip_share == 0.0:
         return 0.0
@@ -550,7 +552,11 @@ def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
     """Compress the tokens to triples (one sort) and group documents by privacy unit.
 
     Units are the authors at author level (every document its own author when the corpus
-    has no author ids) and the documents at document level.
+    has no author ids) and the documents at document level. Authors are renumbered densely,
+    so a unit is an author with at least one document here: an author whose documents
+    were all dropped upstream (SAN's OOV-only documents) is no unit, whatever its code, and
+    adding or removing one author adds or removes at most one unit (which the private
+    clipping norm's quantile relies on).
     """
     _check_corpus(corpus)
     n_docs, n_words = corpus.n_docs, corpus.n_words
@@ -564,23 +570,23 @@ def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
         unit_ptr = np.arange(n_docs + 1, dtype=np.int64)
         unit_docs = np.arange(n_docs, dtype=np.int64)
     else:
-        authors = np.asarray(corpus.doc_author, dtype=np.int64)
+        codes, authors = np.unique(np.asarray(corpus.doc_author), return_inverse=True)
         unit_docs = np.argsort(authors, kind="stable").astype(np.int64)
-        unit_ptr = np.zeros(int(authors.max()) + 2, dtype=np.int64)
-        np.cumsum(np.bincount(authors), out=unit_ptr[1:])
+        unit_ptr = np.zeros(len(codes) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(authors, minlength=len(codes)), out=unit_ptr[1:])
     return VariationalCorpus(
         doc_ptr, words, counts.astype(np.float64), unit_ptr, unit_docs, n_words
     )
 
 
 def _check_corpus(corpus: Corpus) -> None:
-    """Reject corpora the kernels cannot index safely, and corpora without tokens."""
-    if corpus.n_tokens == 0 or corpus.n_docs < 1:
-        raise BadInputError("the corpus has no tokens left to train on")
-    if corpus.words.min() < 0 or corpus.words.max() >= corpus.n_words:
+    """Reject corpora the kernels cannot index safely. A corpus without tokens is not
+    refused: it trains to noise around eta, as every corpus does, so whether a release fails
+    never depends on the data (the budget is spent when M2 starts)."""
+    if corpus.n_tokens and (corpus.words.min() < 0 or corpus.words.max() >= corpus.n_words):
         raise BadInputError(f"word ids must lie in [0, {corpus.n_words}); the corpus is corrupt")
     if corpus.doc_author is not None and (
-        len(corpus.doc_author) != corpus.n_docs or np.min(corpus.doc_author) < 0
+        len(corpus.doc_author) != corpus.n_docs or (corpus.n_docs and np.min(corpus.doc_author) < 0)
     ):
         raise BadInputError(
             "doc_author must hold one author code >= 0 per document; the corpus is corrupt"
@@ -609,7 +615,7 @@ def private_clip(data: VariationalCorpus, params: DpViParams, noise: NoiseSource
     adjacency.
     """
     return noise.private_quantile(
-        unit_norms(data), CANDIDATES, params.clip_quantile, params.clip_scale
+        unit_norms(data), CANDIDATES, params.clip_quantile, params.clip_scale, params.clip_rho
     )
 
 

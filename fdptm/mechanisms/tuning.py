@@ -10,9 +10,13 @@ gamma)^(k - 1), mean 1 / gamma), and release only the output with the best score
                    + (1 + eta) log(1 / gamma) / lambda-hat + log E[K] / (lambda - 1),
 
 which dp-accounting computes for ``RepeatAndSelectDpEvent(event, mean, shape)`` (its
-``_compute_rdp_repeat_and_select`` is this theorem). K must stay secret: neither it nor the
+``_compute_rdp_repeat_and_select`` is this theorem; for shape 1 it uses gamma = 1 / mean,
+the parameter ``number_of_trials`` samples with). K must stay secret: neither it nor the
 losing trials nor their scores are released or logged (the progress bar ticks once, at the
-end). This is the n-gram paper's Theorem 2 idea (report-noisy-min over a grid,
+end). The run's duration grows with K (it is about the sum of the trials' iterations), so
+the guarantee assumes the run's timing stays with the operator, as every duration of a
+release run must (the manifest carries a date, never a time, and says so for tuned runs).
+This is the n-gram paper's Theorem 2 idea (report-noisy-min over a grid,
 ``bayesian-dp-ngrams.txt`` section 3) with a tighter, RDP-native accounting, which lets the
 trials' own budget be composed with everything else in the ledger.
 
@@ -28,12 +32,17 @@ the even positions, the odd ones scored), and the score is
 
 (centring at -log V, the uniform model, halves the sensitivity that clipping to [-2 log V,
 0] would need; a constant shift per unit does not change which trial wins, since every trial
-scores the same units). The highest score wins. Privacy of Q: a unit is either held out or
-not. Trained on: the score is a post-processing of the model and of held-out data that does
-not contain it, so Q's RDP is the training's. Held out: the model does not depend on it, and
-the score is a Gaussian mechanism of sensitivity b, (lambda, lambda / (2 z_s^2))-RDP. Q's RDP
-is therefore the larger of the two at each order (the split is a mixture over coin draws with
-the same law on neighbours, and RDP is quasi-convex in such mixtures). Every configuration is
+scores the same units). The highest score wins. Privacy, for neighbours D and D' = D + {u}:
+fix the split s (every unit's coin, u's included). Given s the trials are independent copies
+of a mechanism Q_s, and Q_s is (lambda, lambda rho)-RDP: if s trains on u, the score is a
+post-processing of the model and of held-out data without u, so Q_s's RDP is the training's;
+if s holds u out, the model does not depend on u and the score is a Gaussian mechanism of
+sensitivity b, (lambda, lambda / (2 z_s^2))-RDP. Theorem 2 applies to the repetition of
+Q_s for every s. The released output is the mixture over s of those repetitions; the other
+units' coins have the same i.i.d. law under D and D' (the code indexes them by unit codes,
+which may shift with the data, but i.i.d. coins have the same joint law in any order), and
+exp((lambda - 1) D_lambda) is jointly convex, so the mixture's RDP is at most the largest
+over s. Every configuration is
 calibrated so that its training is rho-zCDP for one common rho (its T Gaussian rounds plus,
 with ``clip=private``, the quantile: T / (2 z^2) + rho_q <= rho; dp-vi's calibration at the
 epsilon that rho gives), and z_s = 1 / sqrt(2 rho), so Q is (lambda, lambda rho)-RDP at every
@@ -210,7 +219,7 @@ def tuned_dp_vi_params(
     )
     for c in configs:  # every trial's training is rho-zCDP (its RDP curve is lambda rho')
         used = c.iterations / (2.0 * c.noise_multiplier**2) + c.clip_rho
-        if used > rho * (1.0 + _RHO_PRECISION):
+        if used > rho:
             raise RuntimeError(f"calibration failed: a configuration uses rho {used} > {rho}")
     event = events.repeat_and_select(events.zcdp(rho), float(mean_trials), SHAPE)
     achieved = events.epsilon_of(event, delta, "rdp")
@@ -378,4 +387,4 @@ def heldout_total(phi: np.ndarray, test: Corpus, test_units: np.ndarray, alpha: 
     has = unit_n > 0
     centred = unit_ll[has] / unit_n[has] + math.log(phi.shape[1])
     bound = score_bound(phi.shape[1])
-    return float(np.clip(centred, -bound, bound).sum())
+    return math.fsum(np.clip(centred, -bound, bound))  # correctly rounded: order-free

@@ -228,17 +228,27 @@ class NoiseSource:
         return self._count(NUMPY_GRID_LAPLACE, draws)
 
     def private_quantile(
-        self, values: np.ndarray, candidates: np.ndarray, alpha: float, scale: float
+        self,
+        values: np.ndarray,
+        candidates: np.ndarray,
+        alpha: float,
+        scale: float,
+        rho: float,
     ) -> float:
         """A candidate near the ``alpha``-quantile of ``values`` (one per privacy unit), by
-        the exponential mechanism of ``fdptm.privacy.quantile`` at ``scale``.
+        the exponential mechanism of ``fdptm.privacy.quantile`` at ``scale``; ``rho`` is
+        what the caller accounted for it, which both samplers check before drawing.
 
         Secure: OpenDP's ``make_private_quantile``. Numpy: Gumbel draws from ``generator``.
         """
         scale = _check_scale("quantile scale", scale, True)
         array = _as_finite(values).ravel()
+        if quantile.rho(alpha, scale) > rho:
+            raise ValueError(f"the quantile at scale {scale} costs more than rho {rho}")
         if self.secure:
             measurement = quantile.opendp_quantile_measurement(candidates, alpha, scale)
+            if measurement.map(1) > rho:
+                raise ValueError(f"OpenDP maps the quantile above rho {rho}")
             self._count(OPENDP_QUANTILE, np.ones(1))
             return float(measurement(array.tolist()))
         self._count(NUMPY_QUANTILE, np.ones(1))
