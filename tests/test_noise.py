@@ -26,6 +26,7 @@ from fdptm.privacy.noise import (
     OPENDP_GAUSSIAN,
     OPENDP_GRID_LAPLACE,
     OPENDP_LAPLACE,
+    OPENDP_QUANTILE,
     SAFE_SAMPLERS,
     NoiseSource,
     opendp_measurement,
@@ -246,3 +247,29 @@ def test_dp_set_union_noises_every_candidate_through_opendp(policy):
     select(table, set_union_params(policy, 1.0, 1e-6, max_items=10), noise)
     sampler = OPENDP_GAUSSIAN if policy == "policy-gaussian" else OPENDP_LAPLACE
     assert noise.draws == {sampler: len(np.unique(items))}
+
+
+def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
+    """dp-vi's private clip draws OpenDP's quantile once; a tuned run's trials draw only
+    OpenDP Gaussians (statistics and scores) and the quantile."""
+    from fdptm.mechanisms.registry import tuned
+
+    context = {
+        "n_topics": K,
+        "adjacency": Adjacency.DOCUMENT,
+        "max_docs_per_author": 1,
+        "max_tokens_per_doc": 1000,
+        "iterations": T,
+    }
+    noise = NoiseSource.create(None)
+    m = mechanism("dp-vi")
+    m.train(corpus, K, m.params(2.0, 1e-5, context, {"clip": "private"}), noise)
+    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_GAUSSIAN: T * (V - 1) * K}
+    noise = NoiseSource.create(None)
+    options = {"tune_iterations": "2", "tune_clips": "private", "mean_trials": 2.0}
+    t = tuned("dp-vi")
+    phi = t.train(corpus, K, t.params(2.0, 1e-5, context, options), noise)
+    assert np.allclose(phi.sum(axis=1), 1.0)
+    trials = noise.draws[OPENDP_QUANTILE]
+    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_GAUSSIAN}
+    assert noise.draws[OPENDP_GAUSSIAN] == trials * (2 * (V - 1) * K + 1)
