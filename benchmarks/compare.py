@@ -8,7 +8,8 @@ Two corpora, every registered mechanism, epsilon in {1, 3, 5, 10} (delta = 1e-5)
 100 iterations for the iterative mechanisms, REPEATS seeds each (mean and standard deviation):
 
 1. PHEME raw (../shared/data/pheme, 5,802 tweets, one author per tweet) through
-   ``fdptm compare``'s flow: PRE, M1 at 25% of epsilon, SAN, 10% held-out documents; each M2
+   ``fdptm compare``'s flow: PRE, M1 at the release's default share of epsilon
+   (``m1_fraction``), SAN, 10% held-out documents; each M2
    gets the share a release at (epsilon, 1e-5) would give it. Reference: non-private CGS.
 2. A synthetic LDA corpus with known topics (2,000 documents, V = 500, k = 5, 40 tokens on
    average, eta = 0.05): no M1 (the vocabulary is public), the whole budget to M2, scored
@@ -205,6 +206,8 @@ def render(summary: dict, title: str, truth: bool) -> list[str]:
 
 def main() -> None:
     """Run the comparison, or with ``--render`` only re-render compare.json."""
+    from fdptm.request import default
+
     if "--render" in sys.argv[1:]:
         results = json.loads((HERE / "compare.json").read_text())
     else:
@@ -229,7 +232,8 @@ def main() -> None:
         "documents, for comparison with the paper only (it rewards small vocabularies). L1 "
         "and Kendall tau: against the non-private CGS model on the same documents after "
         "Hungarian matching. 'unproven claim' rows are not DP (README, 'M2 mechanisms'). On "
-        "PHEME, M1 selects the vocabulary at 25% of epsilon, so the vocabulary (and with it "
+        f"PHEME, M1 selects the vocabulary at {default('m1_fraction'):.0%} of epsilon, so the vocabulary (and "
+        "with it "
         "the log-likelihood of a uniform model, -ln V) changes with epsilon: compare rows "
         "within one epsilon, not across.",
         "",

@@ -109,14 +109,16 @@ def _zhu(max_tokens: int) -> dict[str, Any]:
 
 def rows_target1(zhu_tokens: int) -> list[Row]:
     return [
-        Row("default", "dp-vi (defaults: 100 iterations, threshold 2, m1_fraction 0.5)",
+        Row("default", "dp-vi (defaults: 100 iterations, threshold 1, m1_fraction 0.5)",
             quick=True),
-        Row("it20", "dp-vi, iterations 20", {"iterations": 20}, quick=True),
-        Row("it10", "dp-vi, iterations 10", {"iterations": 10}),
-        Row("th1", "dp-vi, threshold 1 (m2 option)", {"m2_options": {"threshold": 1.0}}),
-        Row("th3", "dp-vi, threshold 3 (the earlier default)", {"m2_options": {"threshold": 3.0}}),
-        Row("it10-th1", "dp-vi, iterations 10, threshold 1",
-            {"iterations": 10, "m2_options": {"threshold": 1.0}}),
+        Row("tune", "dp-vi --tune (mean 5 trials; T 20/50/100 x threshold 1/2/3)",
+            {"tune": True}, quick=True),
+        Row("tune-m2", "dp-vi --tune, mean_trials 2",
+            {"tune": True, "m2_options": {"mean_trials": 2.0}}),
+        Row("it20", "dp-vi, iterations 20", {"iterations": 20}),
+        Row("th2", "dp-vi, threshold 2 (the earlier default)", {"m2_options": {"threshold": 2.0}}),
+        Row("clip-private", "dp-vi, clip private (DP median of the units' norms)",
+            {"m2_options": {"clip": "private"}}),
         Row("m1f0.1", "dp-vi, m1_fraction 0.1", {"m1_fraction": 0.1}),
         Row("m1f0.25", "dp-vi, m1_fraction 0.25 (the earlier default)", {"m1_fraction": 0.25}),
         Row("zhu", f"FDPTM paper: set union + zhu (unproven), max_tokens_per_doc {zhu_tokens}",
@@ -136,8 +138,10 @@ def rows_target2(zhu_tokens: int) -> list[Row]:
             quick=True),
         Row("pv500+prior", "vocabulary public:pub, vocabulary_size 500, + prior pub",
             pub | prior | {"vocabulary_size": 500}),
-        Row("pubvocab+prior-th1", "vocabulary public:pub + prior pub, threshold 1",
-            pub | prior | {"m2_options": {"threshold": 1.0}}),
+        Row("pubvocab+prior-th2", "vocabulary public:pub + prior pub, threshold 2",
+            pub | prior | {"m2_options": {"threshold": 2.0}}),
+        Row("pubvocab+prior+tune", "vocabulary public:pub + prior pub, --tune",
+            pub | prior | {"tune": True}),
         Row("extend+prior", "vocabulary public:pub, m1 extend + prior pub",
             pub | prior | {"m1": "extend"}),
         Row("bayes+prior", "vocabulary public:pub, m1 bayesian-prior + prior pub",
@@ -1040,7 +1044,7 @@ def _diagnose(
         parts.append(
             f"; words above the floor: the weakest topic keeps {above:.0f} (non-private on the "
             f"same vocabulary {_med(same_vocab, 'min_above_floor'):.0f}) because dp-vi zeroes "
-            "every statistic below `threshold` (default 2) noise standard deviations, so a "
+            "every statistic below `threshold` (default 1) noise standard deviations, so a "
             "topic keeps only words whose noisy count clears it"
         )
     return "".join(parts) + "."
