@@ -233,8 +233,8 @@ def main() -> None:
         "and Kendall tau: against the non-private CGS model on the same documents after "
         "Hungarian matching. 'unproven claim' rows are not DP (README, 'M2 mechanisms'). On "
         f"PHEME, M1 selects the vocabulary at {default('m1_fraction'):.0%} of epsilon, so "
-        "the vocabulary (and with it the log-likelihood of a uniform model, -ln V) changes with epsilon: compare rows "
-        "within one epsilon, not across.",
+        "the vocabulary (and with it the log-likelihood of a uniform model, -ln V) changes "
+        "with epsilon: compare rows within one epsilon, not across.",
         "",
     ]
     lines += render(summarise(results["synthetic"]), "Synthetic LDA with known topics", True)
