@@ -103,6 +103,9 @@ class Row:
     kind: str = "release"  # release | reference
 
 
+WIDE_GRID = {"tune_iterations": "20,50,100", "tune_thresholds": "1,2,3"}
+
+
 def _zhu(max_tokens: int) -> dict[str, Any]:
     return {"mechanism": "zhu", "allow_unproven": True, "max_tokens_per_doc": max_tokens}
 
@@ -111,10 +114,10 @@ def rows_target1(zhu_tokens: int) -> list[Row]:
     return [
         Row("default", "dp-vi (defaults: 100 iterations, threshold 1, m1_fraction 0.5)",
             quick=True),
-        Row("tune", "dp-vi --tune (mean 5 trials; T 20/50/100 x threshold 1/2/3)",
-            {"tune": True}, quick=True),
-        Row("tune-m2", "dp-vi --tune, mean_trials 2",
-            {"tune": True, "m2_options": {"mean_trials": 2.0}}),
+        Row("tune", "dp-vi --tune, mean 5 trials, T 20/50/100 x threshold 1/2/3",
+            {"tune": True, "m2_options": WIDE_GRID | {"mean_trials": 5.0}}, quick=True),
+        Row("tune-m2", "dp-vi --tune, mean 2 trials, T 20/50/100 x threshold 1/2/3",
+            {"tune": True, "m2_options": WIDE_GRID | {"mean_trials": 2.0}}),
         Row("it20", "dp-vi, iterations 20", {"iterations": 20}),
         Row("th2", "dp-vi, threshold 2 (the earlier default)", {"m2_options": {"threshold": 2.0}}),
         Row("clip-private", "dp-vi, clip private (DP median of the units' norms)",
@@ -140,8 +143,9 @@ def rows_target2(zhu_tokens: int) -> list[Row]:
             pub | prior | {"vocabulary_size": 500}),
         Row("pubvocab+prior-th2", "vocabulary public:pub + prior pub, threshold 2",
             pub | prior | {"m2_options": {"threshold": 2.0}}),
-        Row("pubvocab+prior+tune", "vocabulary public:pub + prior pub, --tune",
-            pub | prior | {"tune": True}),
+        Row("pubvocab+prior+tune",
+            "vocabulary public:pub + prior pub, --tune (mean 5, T 20/50/100 x threshold 1/2/3)",
+            pub | prior | {"tune": True, "m2_options": WIDE_GRID | {"mean_trials": 5.0}}),
         Row("extend+prior", "vocabulary public:pub, m1 extend + prior pub",
             pub | prior | {"m1": "extend"}),
         Row("bayes+prior", "vocabulary public:pub, m1 bayesian-prior + prior pub",

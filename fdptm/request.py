@@ -63,8 +63,9 @@ class ReleaseRequest(BaseModel):
         False,
         strict=True,
         description="choose dp-vi's iterations, threshold and clipping privately on held-out "
-        "units (Papernot & Steinke's random repetition, inside M2's budget); the grid is "
-        "--m2-option tune_iterations=20,50,100 tune_thresholds=1,2,3 tune_clips=2",
+        "units (Papernot & Steinke's random repetition, inside M2's budget; measured worse than "
+        "the defaults on PHEME at epsilon 1-10); the grid is --m2-option "
+        "tune_iterations=50,100 tune_thresholds=1,2 tune_clips=2, mean_trials=2",
     )
     set_union_policy: SetUnionPolicy = Field("weighted", description="M1 (DP set union) policy")
     vocabulary: str | None = Field(

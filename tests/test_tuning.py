@@ -57,7 +57,9 @@ def test_trial_rho_is_the_largest_rho_whose_repetition_meets_epsilon(epsilon, me
 
 
 def test_every_configuration_and_the_score_use_at_most_the_trials_rho():
-    p = params(tune_iterations="10,40", tune_thresholds="1,3", tune_clips="2,private")
+    p = params(
+        tune_iterations="10,40", tune_thresholds="1,3", tune_clips="2,private", mean_trials=5.0
+    )
     assert len(p.configs) == 8
     assert {(c.iterations, c.threshold, c.clip) for c in p.configs} == {
         (t, thr, c) for t in (10, 40) for thr in (1.0, 3.0) for c in (2.0, None)
