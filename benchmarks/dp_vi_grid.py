@@ -281,9 +281,9 @@ def corpora(data: Dataset, words: list[str]):
 def score(phi: np.ndarray, data: Dataset, words: list[str], train, test) -> dict:
     from fdptm.evaluation.matching import matched_distance
     from fdptm.evaluation.metrics import heldout_loglik_per_token, npmi, topic_diversity, umass
-    from fdptm.evaluation.topwords import _above_floor, no_signal, words_above_floor
+    from fdptm.evaluation.topwords import above_floor, no_signal, words_above_floor
 
-    per_topic = [min(10, int(_above_floor(row).sum())) for row in phi]
+    per_topic = [min(10, int(above_floor(row).sum())) for row in phi]
     try:
         loglik = heldout_loglik_per_token(phi, test)
     except ValueError:

@@ -44,7 +44,7 @@ def row_floor(row: np.ndarray) -> float:
     return float(np.min(row))
 
 
-def _above_floor(row: np.ndarray) -> np.ndarray:
+def above_floor(row: np.ndarray) -> np.ndarray:
     """Mask of the words strictly above the row's floor, beyond float rounding."""
     floor = row_floor(row)
     return row > floor * (1 + FLOOR_RELATIVE_TOLERANCE) + FLOOR_ABSOLUTE_TOLERANCE
@@ -58,7 +58,7 @@ def top_words(phi: np.ndarray, words: list[str], n: int = 10) -> list[list[tuple
         raise ValueError(f"phi has {phi.shape[1]} columns but there are {len(words)} words")
     listed = []
     for row in phi:
-        columns = np.flatnonzero(_above_floor(row))
+        columns = np.flatnonzero(above_floor(row))
         order = columns[np.lexsort((columns, -row[columns]))][:n]
         listed.append([(words[j], float(row[j])) for j in order])
     return listed
@@ -69,7 +69,7 @@ def no_signal(phi: np.ndarray) -> list[bool]:
     distance to uniform is below ``NEAR_UNIFORM_TV`` (rows are probability vectors)."""
     uniform = 1.0 / phi.shape[1]
     return [
-        not _above_floor(row).any() or 0.5 * float(np.abs(row - uniform).sum()) < NEAR_UNIFORM_TV
+        not above_floor(row).any() or 0.5 * float(np.abs(row - uniform).sum()) < NEAR_UNIFORM_TV
         for row in phi
     ]
 
@@ -77,4 +77,4 @@ def no_signal(phi: np.ndarray) -> list[bool]:
 def words_above_floor(phi: np.ndarray, n: int = 10) -> float:
     """Mean over topics of how many of the top ``n`` words are above the floor (0 to n): how
     much of a "top n" list a release can fill with words that are not noise ties."""
-    return float(np.mean([min(n, int(_above_floor(row).sum())) for row in phi]))
+    return float(np.mean([min(n, int(above_floor(row).sum())) for row in phi]))
