@@ -16,12 +16,13 @@ import warnings
 from pathlib import Path
 
 from fdptm.errors import BadInputError, FdptmError
+from fdptm.flows import running
+from fdptm.flows.running import STARTUP_TIMEOUT
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
 from fdptm.request import ReleaseRequest, add_arguments, from_arguments, given
 from fdptm.request import default as release_default
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
-STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _SHOW_WARNING = warnings.showwarning
 
 
@@ -30,11 +31,7 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", "CRITICAL")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    # Prefect waits 20 s for its temporary API server by default: too short on a busy host
-    os.environ.setdefault(STARTUP_TIMEOUT, "120")
+    running.environment_defaults()
 
 
 def _positive_float(text: str) -> float:
@@ -397,13 +394,10 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def _flow(name: str, *args) -> dict:
-    """Run a release flow; no flow heartbeat (it only serves a long-lived API's monitor)."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
+    """Run a release flow (``fdptm.flows.running.run``: no flow heartbeat)."""
     from fdptm.flows import release
 
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        return getattr(release, name)(*args)
+    return running.run(getattr(release, name), *args)
 
 
 def _print_release(outcome: dict) -> None:
@@ -425,38 +419,34 @@ def _print_release(outcome: dict) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
     from fdptm.flows.compare import compare_flow
 
     names = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
     unknown = [m for m in names if m not in MECHANISMS]
     if unknown:
         raise BadInputError(f"unknown mechanism(s) {unknown}; available: {', '.join(MECHANISMS)}")
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        result = compare_flow(
-            dataset=args.dataset,
-            epsilon=args.epsilon,
-            delta=args.delta,
-            topics=args.topics,
-            mechanisms=names,
-            iterations=args.iterations,
-            seed=args.seed,
-            workspace=args.workspace,
-            m1_fraction=args.m1_fraction,
-            holdout=args.holdout,
-            max_docs_per_author=args.max_docs_per_author,
-            max_tokens_per_doc=args.max_tokens_per_doc,
-            show_progress=not args.no_progress,
-        )
+    result = running.run(
+        compare_flow,
+        dataset=args.dataset,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        topics=args.topics,
+        mechanisms=names,
+        iterations=args.iterations,
+        seed=args.seed,
+        workspace=args.workspace,
+        m1_fraction=args.m1_fraction,
+        holdout=args.holdout,
+        max_docs_per_author=args.max_docs_per_author,
+        max_tokens_per_doc=args.max_tokens_per_doc,
+        show_progress=not args.no_progress,
+    )
     print(result["markdown"])
     print(f"written to {result['path']} (internal: not DP, do not publish)")
     return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
     from fdptm.flows.audit import audit
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks.audit import AuditSpec
@@ -471,8 +461,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     if args.workers is not None and args.workers < 1:
         raise BadInputError(f"--workers must be >= 1, got {args.workers}")
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        report = audit(spec, args.workers, args.dask_address, args.processes)
+    report = running.run(audit, spec, args.workers, args.dask_address, args.processes)
     claim = report["claims_per_document"]["release"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
     print(f"claim per document: epsilon={claim['epsilon']} ({claim['reason']})")
@@ -544,7 +533,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 def cmd_budget(args: argparse.Namespace) -> int:
     from fdptm.privacy.adjacency import Adjacency
     from fdptm.storage.catalog import Catalog
-    from fdptm.storage.ledger import Ledger
+    from fdptm.storage.ledger import Ledger, budget_report
     from fdptm.storage.workspace import Workspace, check_name
 
     check_name(args.dataset)
@@ -606,67 +595,6 @@ def cmd_budget(args: argparse.Namespace) -> int:
                 f"{e['delta']:>10.3g} {e['state']}"
             )
     return 0
-
-
-def budget_report(ledger, dataset: str) -> dict:
-    """The ledger view of one dataset, as plain data (for --json and the text view)."""
-    from fdptm.mechanisms.guarantee import describe
-    from fdptm.privacy.adjacency import Adjacency
-    from fdptm.storage.ledger import remaining
-
-    cap = ledger.cap(dataset)
-    totals = {}
-    for unit in Adjacency:
-        try:
-            c = ledger.lifetime(dataset, unit)
-        except ValueError:
-            totals[unit.value] = None
-        else:
-            totals[unit.value] = {
-                "epsilon": c.epsilon,
-                "delta": c.delta,
-                "notion": c.notion,
-                "gamma": c.gamma,
-            }
-    report = {
-        "dataset": dataset,
-        "dataset_unit": ledger.default_unit(dataset).value,
-        "public": ledger.is_public(dataset),
-        "cap": None,
-        "totals": totals,
-        "entries": [
-            {
-                k: e[k]
-                for k in (
-                    "run_id",
-                    "stage",
-                    "mechanism",
-                    "adjacency",
-                    "notion",
-                    "epsilon",
-                    "delta",
-                    "gamma",
-                    "state",
-                    "note",
-                    "created_at",
-                )
-            }
-            for e in ledger.entries(dataset)
-        ],
-    }
-    if cap:
-        life = ledger.lifetime(dataset, cap.unit)
-        eps_left, delta_left = remaining(cap, life)
-        report["cap"] = {"epsilon": cap.epsilon, "delta": cap.delta, "unit": cap.unit.value}
-        report["lifetime"] = {
-            "epsilon": life.epsilon,
-            "delta": life.delta,
-            "notion": life.notion,
-            "gamma": life.gamma,
-            "statement": describe(life.notion, life.epsilon, life.delta, life.gamma),
-        }
-        report["remaining"] = {"epsilon": eps_left, "delta": delta_left}
-    return report
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
@@ -137,10 +136,11 @@ def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
             description=f"DP topic model release {spec.run_id}",
         )
     except httpx.TransportError as exc:  # the release is published; only the summary is lost
-        print(
-            f"fdptm: warning: release {spec.run_id} is published, but Prefect's API could not "
-            f"be reached to store its summary artifact ({exc})",
-            file=sys.stderr,
+        get_run_logger().warning(
+            "release %s is published, but Prefect's API could not be reached to store its "
+            "summary artifact (%s)",
+            spec.run_id,
+            exc,
         )
     return outcome.__dict__
 

@@ -424,3 +424,63 @@ def remaining(cap: Cap, lifetime: Composition) -> tuple[float, float]:
         float(max(exact(cap.epsilon) - exact(lifetime.epsilon), 0)),
         float(max(exact(cap.delta) - exact(lifetime.delta), 0)),
     )
+
+
+def budget_report(ledger: Ledger, dataset: str) -> dict:
+    """The ledger view of one dataset, as plain data (``fdptm budget``, its --json, and
+    ``fdptm.api.Dataset.budget``)."""
+    from fdptm.mechanisms.guarantee import describe
+
+    cap = ledger.cap(dataset)
+    totals = {}
+    for unit in Adjacency:
+        try:
+            c = ledger.lifetime(dataset, unit)
+        except ValueError:
+            totals[unit.value] = None
+        else:
+            totals[unit.value] = {
+                "epsilon": c.epsilon,
+                "delta": c.delta,
+                "notion": c.notion,
+                "gamma": c.gamma,
+            }
+    report = {
+        "dataset": dataset,
+        "dataset_unit": ledger.default_unit(dataset).value,
+        "public": ledger.is_public(dataset),
+        "cap": None,
+        "totals": totals,
+        "entries": [
+            {
+                k: e[k]
+                for k in (
+                    "run_id",
+                    "stage",
+                    "mechanism",
+                    "adjacency",
+                    "notion",
+                    "epsilon",
+                    "delta",
+                    "gamma",
+                    "state",
+                    "note",
+                    "created_at",
+                )
+            }
+            for e in ledger.entries(dataset)
+        ],
+    }
+    if cap:
+        life = ledger.lifetime(dataset, cap.unit)
+        eps_left, delta_left = remaining(cap, life)
+        report["cap"] = {"epsilon": cap.epsilon, "delta": cap.delta, "unit": cap.unit.value}
+        report["lifetime"] = {
+            "epsilon": life.epsilon,
+            "delta": life.delta,
+            "notion": life.notion,
+            "gamma": life.gamma,
+            "statement": describe(life.notion, life.epsilon, life.delta, life.gamma),
+        }
+        report["remaining"] = {"epsilon": eps_left, "delta": delta_left}
+    return report

@@ -1,0 +1,177 @@
+"""The Python API: what the CLI does, as objects (``fdptm.Workspace``).
+
+    ws = fdptm.Workspace("fdptm-workspace")
+    pheme = ws.dataset("pheme")
+    pheme.ingest("pheme.json")
+    release = pheme.release(epsilon=3, delta=1e-5, topics=5)   # a fdptm.Release
+    pheme.remaining()                                          # what the lifetime cap has left
+
+Every call goes through the same code as the corresponding command: the release request
+model (``fdptm.request.ReleaseRequest``: same fields, defaults and validation), the
+pre-flight checks before anything is reserved, the release flow, the ledger. Errors are the
+CLI's typed exceptions instead of exit codes: ``BadInputError`` (exit 2: nothing was spent),
+``BudgetRefusedError`` (3), ``AuditFailedError`` (4). Prefect writes nothing to the
+terminal: its run logs go to its API (the UI) and to Python's ``logging`` under ``prefect``,
+where the application chooses whether to show them (``fdptm.flows.running``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fdptm.errors import BadInputError
+from fdptm.release import Release, load_release
+from fdptm.request import ReleaseRequest
+from fdptm.storage import workspace as storage
+
+
+class Workspace:
+    """A workspace directory: its datasets, releases, audits (created on first write)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._workspace = storage.Workspace.resolve(path)
+
+    @property
+    def path(self) -> Path:
+        return self._workspace.root
+
+    def __repr__(self) -> str:
+        return f"fdptm.Workspace({str(self.path)!r})"
+
+    def dataset(self, name: str) -> Dataset:
+        """The dataset ``name`` (it exists once something was ingested into it)."""
+        storage.check_name(name)
+        return Dataset(self, name)
+
+    def datasets(self) -> list[str]:
+        """The names of the ingested datasets."""
+        rows = self._catalog().query("SELECT name FROM datasets ORDER BY name")
+        return [r["name"] for r in rows]
+
+    def releases(self) -> list[str]:
+        """Run ids of the published releases, oldest first."""
+        rows = self._catalog().query("SELECT run_id FROM releases ORDER BY released_at")
+        return [r["run_id"] for r in rows]
+
+    def release(self, run_id: str) -> Release:
+        """The published release of run ``run_id``."""
+        rows = self._catalog().query("SELECT path FROM releases WHERE run_id = ?", [run_id])
+        if not rows:
+            raise BadInputError(f"no published release with run id {run_id!r} in {self.path}")
+        return load_release(self.path / rows[0]["path"])
+
+    def audit(
+        self,
+        run_id: str,
+        *,
+        shadows: int = 16,
+        mode: str = "online",
+        confidence: float = 0.95,
+        workers: int | None = None,
+        seed: int | None = None,
+    ) -> dict:
+        """``fdptm audit``: the internal report (NOT DP; never publish it). Raises
+        ``AuditFailedError`` when a bound exceeds its claim."""
+        from fdptm.flows import running
+        from fdptm.flows.audit import audit
+        from fdptm.tasks.audit import AuditSpec
+
+        if workers is not None and workers < 1:
+            raise BadInputError(f"workers must be >= 1, got {workers}")
+        spec = AuditSpec(run_id, str(self.path), shadows, mode, seed, confidence)
+        running.prepare_prefect()
+        return running.run(audit, spec, workers, None, False)
+
+    def _catalog(self):
+        from fdptm.storage.catalog import Catalog
+
+        return Catalog(self._workspace.require())
+
+
+class Dataset:
+    """One dataset of a workspace: ingest into it, release it, read its ledger."""
+
+    def __init__(self, workspace: Workspace, name: str) -> None:
+        self.workspace = workspace
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"{self.workspace!r}.dataset({self.name!r})"
+
+    def ingest(self, path: str | Path, **options: Any):
+        """``fdptm ingest``: append ``path``'s valid rows as a new batch; ``options`` are
+        ``fmt``, ``unit``, ``public``, ``max_text_chars`` and the ``*_column`` names.
+        Returns the batch's ``IngestResult`` (its counts are internal, not DP)."""
+        from fdptm.tasks.ingest import ingest
+
+        return ingest(path, self.name, self.workspace._workspace, **options)
+
+    def release(self, request: ReleaseRequest | None = None, /, **fields: Any) -> Release:
+        """``fdptm release``: a request, or its fields (``epsilon``, ``delta``, ``topics``,
+        ...; README "Command line"), for this dataset in this workspace. Returns the
+        published ``Release``."""
+        from fdptm.flows import running
+        from fdptm.flows.release import release
+        from fdptm.tasks import run as lifecycle
+
+        if request is None:
+            request = ReleaseRequest.build(dataset=self.name, **fields)
+        elif fields:
+            request = request.replace(**fields)
+        if request.dataset != self.name:
+            raise BadInputError(
+                f"the request is for dataset {request.dataset!r}, not {self.name!r}; use "
+                f"workspace.dataset({request.dataset!r}).release(...)"
+            )
+        request = request.replace(workspace=str(self.workspace.path))
+        lifecycle.preflight(request)
+        running.prepare_prefect()
+        outcome = running.run(release, request)
+        return load_release(outcome["release_path"])
+
+    def compare(
+        self, epsilon: float, delta: float, topics: int, mechanisms: list[str], **options: Any
+    ) -> dict:
+        """``fdptm compare``: an internal comparison table (NOT DP; spends nothing);
+        ``options`` as the compare flow takes them (``iterations``, ``seed``, ...)."""
+        from fdptm.flows import running
+        from fdptm.flows.compare import compare_flow
+
+        running.prepare_prefect()
+        return running.run(
+            compare_flow,
+            dataset=self.name,
+            epsilon=epsilon,
+            delta=delta,
+            topics=topics,
+            mechanisms=list(mechanisms),
+            workspace=str(self.workspace.path),
+            **options,
+        )
+
+    def budget(self) -> dict:
+        """``fdptm budget --json``: cap, lifetime totals per unit, what remains, entries."""
+        from fdptm.storage.ledger import Ledger, budget_report
+
+        return budget_report(Ledger(self._existing()), self.name)
+
+    def remaining(self) -> tuple[float, float] | None:
+        """(epsilon, delta) the lifetime cap has left, or None without a cap."""
+        left = self.budget().get("remaining")
+        return None if left is None else (left["epsilon"], left["delta"])
+
+    def set_cap(self, epsilon: float, delta: float, unit: str | None = None) -> None:
+        """``fdptm budget --cap``: the dataset's lifetime cap (at ``unit``, default its own)."""
+        from fdptm.privacy.adjacency import Adjacency
+        from fdptm.storage.ledger import Ledger
+
+        Ledger(self._existing()).set_cap(
+            self.name, epsilon, delta, None if unit is None else Adjacency(unit)
+        )
+
+    def _existing(self):
+        catalog = self.workspace._catalog()
+        if catalog.dataset(self.name) is None:
+            raise BadInputError(f"no dataset named {self.name!r}; ingest it first")
+        return catalog

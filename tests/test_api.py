@@ -1,0 +1,64 @@
+"""fdptm.Workspace: the README's Python example as it is, the typed errors, the ledger, and
+no Prefect output on the terminal."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import fdptm
+from fdptm.errors import BadInputError, BudgetRefusedError
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def readme_example() -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"<!-- python-example:[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert found, "the README's Python example is missing its marker"
+    return found.group(1)
+
+
+def test_the_readme_example_runs_as_documented(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    # only the example's own prints: the statement, five topics, what remains; no Prefect
+    assert len(lines) == 7, out
+    assert lines[0] == "(5, 1e-05)-DP"
+    assert lines[-1] == "(5.0, 9e-05)"
+    assert "Flow run" not in out + err and "prefect" not in err.lower()
+    ws, lee, release = namespace["ws"], namespace["lee"], namespace["release"]
+    assert ws.releases() == [release.run_id] and ws.datasets() == ["lee"]
+    assert ws.release(release.run_id).manifest == release.manifest
+    budget = lee.budget()
+    assert budget["cap"]["epsilon"] == 10.0 and len(budget["entries"]) == 2
+
+
+def test_errors_are_the_clis_typed_exceptions_and_spend_nothing(tmp_path, pheme_raw):
+    ws = fdptm.Workspace(tmp_path / "ws")
+    pheme = ws.dataset("pheme")
+    with pytest.raises(BadInputError, match="ingest data first"):
+        pheme.budget()
+    pheme.ingest(pheme_raw)
+    with pytest.raises(BadInputError, match="ingest it first"):
+        ws.dataset("absent").budget()
+    pheme.set_cap(1.0, 1e-5)
+    with pytest.raises(BudgetRefusedError):
+        pheme.release(epsilon=2, delta=1e-6, topics=3)
+    with pytest.raises(BadInputError, match="Input should be greater than 0"):
+        pheme.release(epsilon=0, delta=1e-6, topics=3)
+    with pytest.raises(BadInputError, match="is for dataset 'other'"):
+        pheme.release(
+            fdptm.request.ReleaseRequest.build(dataset="other", epsilon=1, delta=1e-6, topics=2)
+        )
+    with pytest.raises(BadInputError, match="no published release"):
+        ws.release("nope")
+    assert pheme.budget()["entries"] == [] and pheme.remaining() == (1.0, 1e-5)
+    with pytest.raises(BadInputError):
+        ws.dataset("../escape")
