@@ -12,8 +12,6 @@ why), on a local process pool with ``processes``, or on a Dask cluster with
 
 from __future__ import annotations
 
-import os
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -21,6 +19,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from fdptm.audit.shadows import ModelScores
 from fdptm.flows.release import release
+from fdptm.privacy.noise import workers as usable_cores
 from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, plan_audit
@@ -37,19 +36,20 @@ def task_runner(workers: int | None = None, dask_address: str | None = None, pro
     Threads are the default: every kernel a model spends its time in is numba-compiled
     with ``nogil``, so threads use all cores without the cost of processes (each imports
     the whole stack and holds its own copy: benchmarks/audit_results.md measures both).
-    ``workers`` defaults to the number of cores this process may run on.
+    ``workers`` defaults to the number of cores this process may run on (its affinity
+    mask where the OS has one). Built when a run asks for it, never at import.
     """
     if dask_address:
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=dask_address)
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or usable_cores()
     if processes:
         return ProcessPoolTaskRunner(max_workers=workers)
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
-@flow(name="audit", log_prints=False, task_runner=task_runner())
+@flow(name="audit", log_prints=False, task_runner=ThreadPoolTaskRunner())
 def audit_flow(spec: AuditSpec) -> dict:
     """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
     plan = plan_audit(spec)

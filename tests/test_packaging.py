@@ -24,3 +24,37 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     command = next(line.strip() for line in ci.splitlines() if "pytest" in line)
     assert command in readme
+
+
+def test_flows_import_where_the_os_has_no_affinity_masks():
+    """macOS and Windows have no os.sched_getaffinity: importing the flows must not need it
+    (task runners are built when a run asks for one)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os; del os.sched_getaffinity\n"
+        "import fdptm.flows.audit as a, fdptm.flows.release, fdptm.api\n"
+        "print(type(a.task_runner()).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ThreadPoolTaskRunner"
+
+
+def test_no_package_module_prints_except_the_cli():
+    """Output is the CLI's job; everything else logs or returns (issue 11)."""
+    import ast
+
+    offenders = []
+    for src in ("fdptm", "flows", "tasks", "storage", "deployments"):
+        for path in (ROOT / src).rglob("*.py"):
+            if path.name == "cli.py" and path.parent.name == "fdptm":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"
+            ]
+    assert offenders == []
