@@ -12,7 +12,7 @@ why), on a local process pool with ``processes``, or on a Dask cluster with
 
 from __future__ import annotations
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
@@ -52,10 +52,13 @@ def task_runner(workers: int | None = None, dask_address: str | None = None, pro
 @flow(name="audit", log_prints=False, task_runner=ThreadPoolTaskRunner())
 def audit_flow(spec: AuditSpec) -> dict:
     """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
+    log = get_run_logger()
     plan = plan_audit(spec)
+    log.info("audit of %s: %d models (%s)", spec.run_id, 2 * len(plan.masks), spec.mode)
     futures = [model_task.submit(plan, i) for i in range(len(plan.masks))]
     pairs = [f.result() for f in futures]
     report = conclude(plan, [p for p, _ in pairs], [m for _, m in pairs])
+    log.info("audit of %s: %s", spec.run_id, report["verdict"])
     lines = [
         f"# Audit of `{spec.run_id}`: {report['verdict']}",
         "",

@@ -102,20 +102,38 @@ class ReleaseOutcome:
 
 
 def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
-    """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome."""
+    """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome.
+
+    The run logs (Prefect's run logger: the UI, and Python's logging) name the run, its
+    stages and its public budget, never a document, a word or a count of private data.
+    """
+    log = get_run_logger()
+    log.info(
+        "run %s: dataset %s, (epsilon %g, delta %g), M2 %s, DP stages %s",
+        spec.run_id,
+        spec.dataset,
+        spec.epsilon,
+        spec.delta,
+        spec.m2.name,
+        ", ".join(spec.dp_stages),
+    )
     try:
         tokens = preprocess_task(spec, show_progress)
         bounded = bound_task(spec, tokens)
         vocab = vocabulary_task(spec, bounded)
+        log.info("run %s: vocabulary selected (%s)", spec.run_id, spec.vocabulary_selection)
         san = sanitize_task(spec, bounded, vocab)
         topic_word = train_task(spec, san, vocab, show_progress)
+        log.info("run %s: M2 trained", spec.run_id)
         if spec.baseline:
             baseline_task(spec, san, vocab, show_progress)
         path = publish_task(spec, vocab, topic_word)
     except BaseException as exc:
+        log.error("run %s failed: %s", spec.run_id, type(exc).__name__)
         lifecycle.finish(spec, exc)
         raise
     lifecycle.finish(spec)
+    log.info("run %s: published", spec.run_id)
     manifest = json.loads((Path(path) / "manifest.json").read_text())
     g = manifest["guarantee"]
     outcome = ReleaseOutcome(

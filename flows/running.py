@@ -10,6 +10,7 @@ without the flow heartbeat, which only serves a long-lived API's monitor. The CL
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -51,11 +52,15 @@ def route_prefect_logs() -> None:
     os.environ.setdefault("PREFECT_LOGGING_SETTINGS_PATH", str(logging_config()))
     import prefect  # noqa: F401  (its import configures logging from the setting above)
     from prefect.logging.configuration import setup_logging
+    from prefect.logging.handlers import PrefectConsoleHandler
     from prefect.settings import PREFECT_LOGGING_SETTINGS_PATH, temporary_settings
 
     path = Path(os.environ["PREFECT_LOGGING_SETTINGS_PATH"])
     with temporary_settings(updates={PREFECT_LOGGING_SETTINGS_PATH: path}):
         setup_logging(incremental=False)  # in case Prefect was imported before us
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]:
+        root.removeHandler(handler)  # Prefect's default config puts its console on root
     _ROUTED = True
 
 

@@ -37,7 +37,7 @@ def test_the_readme_example_runs_as_documented(tmp_path, monkeypatch, capfd):
     assert ws.releases() == [release.run_id] and ws.datasets() == ["lee"]
     assert ws.release(release.run_id).manifest == release.manifest
     budget = lee.budget()
-    assert budget["cap"]["epsilon"] == 10.0 and len(budget["entries"]) == 2
+    assert budget["cap"]["epsilon"] == 10.0 and [e["stage"] for e in budget["entries"]] == ["train"]
 
 
 def test_errors_are_the_clis_typed_exceptions_and_spend_nothing(tmp_path, pheme_raw):
@@ -62,3 +62,43 @@ def test_errors_are_the_clis_typed_exceptions_and_spend_nothing(tmp_path, pheme_
     assert pheme.budget()["entries"] == [] and pheme.remaining() == (1.0, 1e-5)
     with pytest.raises(BadInputError):
         ws.dataset("../escape")
+
+
+def test_run_logs_reach_python_logging_and_name_no_private_data(tmp_path):
+    """In a fresh process (the CLI silences Prefect by level in this one): the release's
+    run logs reach a handler the application installs, and nothing reaches stdout."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    code = (
+        "import logging, sys\n"
+        "records = []\n"
+        "class Keep(logging.Handler):\n"
+        "    def emit(self, record): records.append(record.getMessage())\n"
+        "logging.getLogger().addHandler(Keep()); logging.getLogger().setLevel(logging.INFO)\n"
+        "import fdptm\n"
+        "from gensim.test.utils import datapath\n"
+        f"lee = fdptm.Workspace({str(tmp_path / 'ws')!r}).dataset('lee')\n"
+        "lee.ingest(datapath('lee_background.cor'), fmt='lines')\n"
+        "r = lee.release(epsilon=5, delta=1e-5, topics=3, iterations=5, seed=1)\n"
+        "sys.stderr.write('\\n'.join(records) + '\\nRUN ' + r.run_id)\n"
+    )
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env.pop("PREFECT_LOGGING_LEVEL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    logs, _, run_id = done.stderr.rpartition("\nRUN ")
+    ours = [line for line in logs.splitlines() if run_id in line]
+    assert ours == [
+        f"run {run_id}: dataset lee, (epsilon 5, delta 1e-05), M2 dp-vi, DP stages "
+        "vocabulary, train",
+        f"run {run_id}: vocabulary selected (set-union)",
+        f"run {run_id}: M2 trained",
+        f"run {run_id}: published",
+    ]  # the run, its stages and its public budget: no document, word or private count
