@@ -61,6 +61,12 @@ class Workspace:
             raise BadInputError(f"no published release with run id {run_id!r} in {self.path}")
         return load_release(self.path / rows[0]["path"])
 
+    def report(self, run_id: str) -> Path:
+        """``fdptm report``: the release's HTML report (public); returns its path."""
+        from fdptm.tasks.report import write_report
+
+        return write_report(self._workspace, run_id)
+
     def audit(
         self,
         run_id: str,

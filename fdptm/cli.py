@@ -155,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--dask-address", help="run the models on this Dask cluster")
     workspace(aud)
 
+    rep = sub.add_parser(
+        "report",
+        help="a release's HTML report (public: the release and the ledger's budgets only)",
+    )
+    rep.add_argument("--run", required=True, help="run id of the release")
+    workspace(rep)
+
     rec = sub.add_parser(
         "recover",
         help="close runs whose process died: refund what they never read, keep what they spent",
@@ -193,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             "release": cmd_release,
             "compare": cmd_compare,
             "audit": cmd_audit,
+            "report": cmd_report,
             "recover": cmd_recover,
             "budget": cmd_budget,
         }[args.command](args)
@@ -475,6 +483,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
             f"epsilon >= {b['epsilon']:.3f}"
         )
     print(f"report: {report['path']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks.report import write_report
+
+    path = write_report(Workspace.resolve(args.workspace), args.run)
+    print(f"report: {path} (public: built from the release and the ledger's budgets only)")
     return 0
 
 

@@ -159,6 +159,25 @@ class Ledger:
             "SELECT * FROM ledger WHERE dataset = ? ORDER BY created_at, stage", [dataset]
         )
 
+    def history(self, dataset: str, unit: Adjacency) -> list[tuple[str, Composition]]:
+        """The lifetime composition at ``unit`` after each reserved or spent entry, with
+        the entry's date (a day: reservation times are when runs were started, and a
+        time next to a later one would tell a run's duration)."""
+        rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+        authors = self.authors_are_documents(dataset)
+        return [
+            (
+                str(rows[i - 1]["created_at"].date()),
+                compose(
+                    _spends(rows[:i]),
+                    unit,
+                    authors_are_documents=authors,
+                    notions=_notions(rows[:i]),
+                ),
+            )
+            for i in range(1, len(rows) + 1)
+        ]
+
     def lifetime(self, dataset: str, unit: Adjacency) -> Composition:
         """Composition of every reserved or spent entry of ``dataset`` at ``unit``."""
         rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]

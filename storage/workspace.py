@@ -11,6 +11,8 @@ holds DP outputs meant to leave the organisation):
     <workspace>/datasets/<name>/tokens/         PRE output per batch (internal)
     <workspace>/internal/runs/<run_id>/         bounded tokens, baselines (internal)
     <workspace>/releases/<run_id>/              topic_word, vocabulary, manifest (public)
+    <workspace>/reports/<run_id>/               release report: the release and the ledger's
+                                                budgets only (public)
 
 The workspace holds raw text, so it is private to its owner: directories fdptm creates are
 0700 and files 0600. An existing workspace that group or others can read or write is used
@@ -285,3 +287,6 @@ class Workspace:
 
     def release_dir(self, run_id: str) -> Path:
         return self.root / "releases" / run_id
+
+    def report_dir(self, run_id: str) -> Path:
+        return self.root / "reports" / run_id
