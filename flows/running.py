@@ -13,18 +13,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
-_ROUTED = False
-
-
-def logging_config() -> Path:
-    """fdptm's Prefect logging configuration (package data)."""
-    from importlib.resources import files
-
-    return Path(str(files("fdptm") / "resources" / "prefect_logging.yml"))
 
 
 def environment_defaults() -> None:
@@ -44,24 +35,24 @@ def prepare_prefect() -> None:
 
 
 def route_prefect_logs() -> None:
-    """Prefect logs to its API and to Python's logging, never to the console (once per
-    process; ``PREFECT_LOGGING_SETTINGS_PATH`` set by the caller is respected)."""
-    global _ROUTED
-    if _ROUTED:
-        return
-    os.environ.setdefault("PREFECT_LOGGING_SETTINGS_PATH", str(logging_config()))
-    import prefect  # noqa: F401  (its import configures logging from the setting above)
-    from prefect.logging.configuration import setup_logging
+    """Detach Prefect's console handler from every logger it sits on (its default
+    configuration puts it on the root logger and on uvicorn's), and give Prefect's loggers a
+    NullHandler so that Python's last-resort handler does not print their warnings either.
+    Run logs still reach Prefect's API handlers (the UI) and propagate to the root logger,
+    where the application's own handlers, if any, decide. Nothing is reconfigured, so
+    handlers the application or a test harness installed stay as they are."""
+    import prefect  # noqa: F401  (its import configures Prefect's logging)
     from prefect.logging.handlers import PrefectConsoleHandler
-    from prefect.settings import PREFECT_LOGGING_SETTINGS_PATH, temporary_settings
 
-    path = Path(os.environ["PREFECT_LOGGING_SETTINGS_PATH"])
-    with temporary_settings(updates={PREFECT_LOGGING_SETTINGS_PATH: path}):
-        setup_logging(incremental=False)  # in case Prefect was imported before us
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]:
-        root.removeHandler(handler)  # Prefect's default config puts its console on root
-    _ROUTED = True
+    names = ["", *logging.root.manager.loggerDict]
+    for name in names:
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if isinstance(h, PrefectConsoleHandler)]:
+            logger.removeHandler(handler)
+    for name in ("prefect", "uvicorn", "fastapi"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
 
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

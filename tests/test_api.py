@@ -78,7 +78,7 @@ def test_run_logs_reach_python_logging_and_name_no_private_data(tmp_path):
         "records = []\n"
         "class Keep(logging.Handler):\n"
         "    def emit(self, record): records.append(record.getMessage())\n"
-        "logging.getLogger().addHandler(Keep()); logging.getLogger().setLevel(logging.INFO)\n"
+        "logging.basicConfig(level=logging.INFO, handlers=[Keep()])\n"
         "import fdptm\n"
         "from gensim.test.utils import datapath\n"
         f"lee = fdptm.Workspace({str(tmp_path / 'ws')!r}).dataset('lee')\n"

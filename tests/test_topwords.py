@@ -161,7 +161,7 @@ def test_audit_report_shows_probabilities_no_signal_and_escapes_words(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     p = manifest["topics"][1]["words"][0]["probability"]
     assert f"&lt;script&gt;x&lt;/script&gt; {p}" in page
-    assert "<td>0</td><td>0.05</td><td>no signal</td>" in page
+    assert '<td>0</td><td>0.05</td><td><span class="nosignal">no signal</span></td>' in page
     for shown in ["-1.50", "0.100", "0.750", "4.50", "-6.250"]:
         assert f"<td>{shown}</td>" in page
     assert "topic diversity" in page and "held-out log-likelihood per token" in page
