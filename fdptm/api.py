@@ -130,6 +130,13 @@ class Dataset:
                 f"the request is for dataset {request.dataset!r}, not {self.name!r}; use "
                 f"workspace.dataset({request.dataset!r}).release(...)"
             )
+        if request.workspace is not None and (
+            storage.Workspace.resolve(request.workspace).root != self.workspace.path
+        ):
+            raise BadInputError(
+                f"the request names workspace {request.workspace!r}, not {self.workspace.path}; "
+                "leave workspace out of a request made through a Workspace"
+            )
         request = request.replace(workspace=str(self.workspace.path))
         lifecycle.preflight(request)
         running.prepare_prefect()

@@ -57,6 +57,8 @@ def test_errors_are_the_clis_typed_exceptions_and_spend_nothing(tmp_path, pheme_
         pheme.release(
             fdptm.request.ReleaseRequest.build(dataset="other", epsilon=1, delta=1e-6, topics=2)
         )
+    with pytest.raises(BadInputError, match="leave workspace out"):
+        pheme.release(epsilon=1, delta=1e-6, topics=2, workspace=str(tmp_path / "elsewhere"))
     with pytest.raises(BadInputError, match="no published release"):
         ws.release("nope")
     assert pheme.budget()["entries"] == [] and pheme.remaining() == (1.0, 1e-5)
