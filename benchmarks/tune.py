@@ -340,10 +340,7 @@ def main() -> None:
     if pool:
         pool.shutdown()
 
-    command = (
-        "PYTHONPATH=/work/wt-tune:/work/wt-tune/benchmarks /work/main/.venv/bin/python "
-        "benchmarks/tune.py" + (" --quick" if args.quick else "")
-    )
+    command = "python benchmarks/tune.py" + (" --quick" if args.quick else "")
     if not args.quick and args.seeds != len(SEEDS):
         command += f" --seeds {args.seeds}"
     end = thr.machine()
@@ -387,7 +384,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [
         "# `--tune` (private hyper-parameter selection for dp-vi) vs the untuned defaults",
         "",
-        f"Command: `{r['command']}` (from /work/wt-tune) · date {m['date_local']} · "
+        f"Command: `{r['command']}` · date {m['date_local']} · "
         f"{m['cpu']} · {m['cores']} cores, shared with another benchmark ({r['workers']} "
         f"worker processes; load average at the start {r['load_at_start']}, at the end "
         f"{m['load']}) · Python {m['python']} · run time {r['seconds'] / 60:.1f} min · code "
