@@ -109,8 +109,16 @@ class Dataset:
         """``fdptm ingest``: append ``path``'s valid rows as a new batch; ``options`` are
         ``fmt``, ``unit``, ``public``, ``max_text_chars`` and the ``*_column`` names.
         Returns the batch's ``IngestResult`` (its counts are internal, not DP)."""
+        import inspect
+
         from fdptm.tasks.ingest import ingest
 
+        accepted = [
+            n for n, p in inspect.signature(ingest).parameters.items() if p.kind == p.KEYWORD_ONLY
+        ]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise BadInputError(f"ingest has no option(s) {unknown}; its options are {accepted}")
         return ingest(path, self.name, self.workspace._workspace, **options)
 
     def release(self, request: ReleaseRequest | None = None, /, **fields: Any) -> Release:
@@ -179,9 +187,13 @@ class Dataset:
         from fdptm.privacy.adjacency import Adjacency
         from fdptm.storage.ledger import Ledger
 
-        Ledger(self._existing()).set_cap(
-            self.name, epsilon, delta, None if unit is None else Adjacency(unit)
-        )
+        try:
+            adjacency = None if unit is None else Adjacency(unit)
+        except ValueError:
+            raise BadInputError(
+                f"unknown unit {unit!r}; one of {[a.value for a in Adjacency]}"
+            ) from None
+        Ledger(self._existing()).set_cap(self.name, epsilon, delta, adjacency)
 
     def _existing(self):
         catalog = self.workspace._catalog()

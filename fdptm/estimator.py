@@ -72,9 +72,11 @@ class DPTopicModel:
     def fit(self, X: Any, y: None = None, *, authors: Any = None) -> DPTopicModel:
         """Train on the count matrix ``X`` (documents x words); ``authors``: one id per row.
 
-        Sets ``components_`` (k x V), ``guarantee_`` and ``parameters_`` (the calibrated
-        mechanism's parameters). BadInputError for unusable parameters or input; nothing
-        is drawn before every check has passed. ``y`` is ignored (scikit-learn's signature).
+        Sets ``components_`` (k x V), ``guarantee_``, ``parameters_`` (the calibrated
+        mechanism's parameters) and ``seeded_``: with a ``seed`` the noise is reproducible by
+        anyone who knows it, so the model is a test, NOT differentially private.
+        BadInputError for unusable parameters or input; nothing is drawn before every check
+        has passed. ``y`` is ignored (scikit-learn's signature).
         """
         m = mechanism(self.mechanism)
         if m.notion == CLAIMED_UNPROVEN and not self.allow_unproven:
@@ -91,7 +93,7 @@ class DPTopicModel:
         unit = Adjacency.DOCUMENT if authors is None else Adjacency.AUTHOR
         context = {
             "n_topics": self.n_topics,
-            "adjacency": m.adjacency_for(unit),
+            "adjacency": unit,  # the dataset's unit, as a release passes it
             "max_docs_per_author": 1 if authors is None else self.max_docs_per_author,
             "max_tokens_per_doc": self.max_tokens_per_doc,
             "iterations": self.iterations,
@@ -105,6 +107,7 @@ class DPTopicModel:
         self.components_ = drop_oov(phi)
         self.guarantee_: Guarantee = m.guarantee(params)
         self.parameters_ = params.to_dict()
+        self.seeded_ = self.seed is not None  # reproducible noise: a test, NOT DP
         return self
 
     def _units(self, counts: sparse.csr_matrix, authors: Any) -> np.ndarray | None:

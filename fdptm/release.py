@@ -125,11 +125,18 @@ def load_release(path: str | Path) -> Release:
                 f"{root / name} does not match the sha256 its manifest records: the file was "
                 "changed or replaced after the release; restore it from the published copy"
             )
-    table = pq.read_table(root / "topic_word.parquet")
-    phi = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
-    vocab = pq.read_table(root / "vocabulary.parquet")
-    order = np.argsort(vocab.column("index").to_numpy())
-    words = [vocab.column("word").to_pylist()[i] for i in order]
+    try:
+        table = pq.read_table(root / "topic_word.parquet")
+        phi = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
+        vocab = pq.read_table(root / "vocabulary.parquet")
+        index = vocab.column("index").to_numpy()
+    except (ValueError, KeyError, OSError) as exc:
+        raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
+    order = np.argsort(index, kind="stable")
+    if not np.array_equal(index[order], np.arange(len(index))):
+        raise BadInputError(f"{root}: the vocabulary's index is not 0..V-1")
+    listed = vocab.column("word").to_pylist()
+    words = [listed[i] for i in order]
     if phi.ndim != 2 or phi.shape[1] != len(words):
         raise BadInputError(
             f"{root}: the topic-word matrix has shape {phi.shape} but the vocabulary has "

@@ -104,4 +104,4 @@ def audited_release(request: ReleaseRequest, shadows: int = 16, mode: str = "onl
         shadows=shadows,
         mode=mode,
     )
-    return {"release": outcome, "audit": audit_flow(spec)}
+    return {"release": outcome, "audit": audit(spec)}

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+_DETACHED: list[logging.Handler] = []
 
 
 def environment_defaults() -> None:
@@ -38,17 +39,23 @@ def route_prefect_logs() -> None:
     """Detach Prefect's console handler from every logger it sits on (its default
     configuration puts it on the root logger and on uvicorn's), and give Prefect's loggers a
     NullHandler so that Python's last-resort handler does not print their warnings either.
-    Run logs still reach Prefect's API handlers (the UI) and propagate to the root logger,
-    where the application's own handlers, if any, decide. Nothing is reconfigured, so
-    handlers the application or a test harness installed stay as they are."""
-    import prefect  # noqa: F401  (its import configures Prefect's logging)
+    Flow and task run logs still reach Prefect's API handlers (the UI) and propagate to the
+    root logger, where the application's own handlers, if any, decide (``prefect.extra``
+    and ``prefect._internal`` do not propagate, by Prefect's configuration). Nothing is
+    reconfigured, so handlers the application or a test harness installed stay as they are.
+    Prefect's engine logs a failed task's exception to the same places: fdptm's exceptions
+    name files, rows and parameters, never document text."""
+    from prefect.logging.configuration import ensure_logging_setup
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    ensure_logging_setup()  # Prefect configures itself lazily: do it now, then detach
     names = ["", *logging.root.manager.loggerDict]
     for name in names:
         logger = logging.getLogger(name)
         for handler in [h for h in logger.handlers if isinstance(h, PrefectConsoleHandler)]:
             logger.removeHandler(handler)
+            _DETACHED.append(handler)  # logging holds handlers weakly; a collected one
+            # would make Prefect's next incremental setup fail and start over
     for name in ("prefect", "uvicorn", "fastapi"):
         logger = logging.getLogger(name)
         if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):

@@ -159,24 +159,27 @@ class Ledger:
             "SELECT * FROM ledger WHERE dataset = ? ORDER BY created_at, stage", [dataset]
         )
 
-    def history(self, dataset: str, unit: Adjacency) -> list[tuple[str, Composition]]:
-        """The lifetime composition at ``unit`` after each reserved or spent entry, with
-        the entry's date (a day: reservation times are when runs were started, and a
-        time next to a later one would tell a run's duration)."""
-        rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+    def history(self, dataset: str, unit: Adjacency, runs: list[str]) -> list[Composition]:
+        """The composition at ``unit`` of the spent entries of ``runs`` (in that order)
+        after each run: what a public report may show. Entries of other runs (reserved, or
+        spent by a run that never published), lost attempts of a resumed run (facts that
+        depend on how runs went) and the entries' times are left out."""
+        rows = [
+            r for r in self.entries(dataset) if r["state"] == "spent" and "/lost-" not in r["stage"]
+        ]
         authors = self.authors_are_documents(dataset)
-        return [
-            (
-                str(rows[i - 1]["created_at"].date()),
+        out = []
+        for i in range(1, len(runs) + 1):
+            chosen = [r for r in rows if r["run_id"] in runs[:i]]
+            out.append(
                 compose(
-                    _spends(rows[:i]),
+                    _spends(chosen),
                     unit,
                     authors_are_documents=authors,
-                    notions=_notions(rows[:i]),
-                ),
+                    notions=_notions(chosen),
+                )
             )
-            for i in range(1, len(rows) + 1)
-        ]
+        return out
 
     def lifetime(self, dataset: str, unit: Adjacency) -> Composition:
         """Composition of every reserved or spent entry of ``dataset`` at ``unit``."""

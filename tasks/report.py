@@ -1,64 +1,108 @@
 """``fdptm report``: a release's HTML report, public like the release itself.
 
 Built from the release (its manifest and topic-word matrix: DP outputs) and from the
-dataset's ledger (the budgets of its runs: functions of the requests, never of the data),
-nothing else: the guarantee in plain words, the per-stage budgets, the lifetime ledger with a
-plot of the epsilon spent after each entry against the cap, the figures that are
-post-processing of the release (vocabulary size, topics with signal, top words above the
-floor, topic diversity) and each topic's top words with their probabilities. Written to
+budgets of the dataset's published releases, nothing else: the guarantee in plain words,
+the per-stage budgets, the cap and the epsilon the published releases spent, cumulatively
+(with a plot against the cap), the figures that are post-processing of the release
+(vocabulary size, topics with signal, top words above the floor, topic diversity) and each
+topic's top words with their probabilities (recomputed from the hash-checked matrix). The
+ledger's other entries stay internal (``fdptm budget``): a charge without a release, a lost
+attempt or a reservation tells how a run went, and the entries' times how long it took,
+which grows with the data; for the same reason the report shows no remaining budget. Written to
 ``<workspace>/reports/<run_id>/`` (``report.html``, ``spend.png``) from the shared templates
 (``fdptm.templating``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation import metrics, topwords
+from fdptm.mechanisms.guarantee import describe
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.release import Release, load_release
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.ledger import Ledger, budget_report
+from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
+from fdptm.tasks.release import topic_summaries
 from fdptm.templating import render
 
 
 def write_report(workspace: Workspace, run_id: str) -> Path:
     """Write the report of published release ``run_id``; returns the HTML file's path."""
     catalog = Catalog(workspace.require())
-    rows = catalog.query("SELECT path FROM releases WHERE run_id = ?", [run_id])
+    rows = catalog.query(
+        "SELECT r.path, runs.dataset FROM releases r JOIN runs USING (run_id) WHERE run_id = ?",
+        [run_id],
+    )
     if not rows:
         raise BadInputError(
             f"no published release with run id {run_id!r} in {workspace.root}; list them with "
             "`fdptm budget --dataset NAME`"
         )
     release = load_release(workspace.root / rows[0]["path"])
+    dataset = rows[0]["dataset"]  # the catalog's, not the (unhashed) manifest's
     ledger = Ledger(catalog)
-    dataset = release.manifest["dataset"]
-    report = budget_report(ledger, dataset)
+    published = [
+        r["run_id"]
+        for r in catalog.query(
+            "SELECT r.run_id FROM releases r JOIN runs USING (run_id) WHERE runs.dataset = ?"
+            " ORDER BY r.released_at",
+            [dataset],
+        )
+    ]
+    cap = ledger.cap(dataset)
+    unit = cap.unit if cap else ledger.default_unit(dataset)
     out = workspace.report_dir(run_id)
     out.mkdir(parents=True, exist_ok=True)
-    unit = Adjacency(report["cap"]["unit"]) if report["cap"] else ledger.default_unit(dataset)
-    plotted = not report["public"] and _spend_plot(ledger, dataset, unit, report, out)
+    public = ledger.is_public(dataset)
+    history = [] if public else _history(ledger, dataset, unit, published)
+    if history:
+        _spend_plot(history, cap.epsilon if cap else None, unit, out / "spend.png")
     page = render(
         "release.html.j2",
         manifest=release.manifest,
+        dataset=dataset,
         guarantee=release.guarantee,
+        seeded=bool(release.guarantee.get("seeded")),
         stages=release.manifest["stages"],
-        ledger=report,
-        entries=[{**e, "date": str(e["created_at"].date())} for e in report["entries"]],
-        spend_plot="spend.png" if plotted else None,
+        public=public,
+        cap=cap,
+        releases=[
+            {"run_id": r, "epsilon": c.epsilon, "delta": c.delta, "statement": c.statement}
+            for r, c in zip(published, history, strict=False)
+        ],
+        spend_plot="spend.png" if history else None,
         plot_unit=unit.value,
         utility=utility(release),
-        topics=release.manifest["topics"],
+        topics=topic_summaries(release.topic_word, release.vocabulary),
         near_uniform_tv=f"{topwords.NEAR_UNIFORM_TV:g}",
     )
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+@dataclass(frozen=True)
+class Spent:
+    epsilon: float
+    delta: float
+    statement: str
+
+
+def _history(ledger: Ledger, dataset: str, unit: Adjacency, runs: list[str]) -> list[Spent]:
+    """Cumulative spend of the published releases at ``unit``; [] where it is undefined."""
+    try:
+        steps = ledger.history(dataset, unit, runs)
+    except ValueError:
+        return []
+    return [
+        Spent(c.epsilon, c.delta, describe(c.notion, c.epsilon, c.delta, c.gamma)) for c in steps
+    ]
 
 
 def utility(release: Release) -> list[tuple[str, str]]:
@@ -73,25 +117,18 @@ def utility(release: Release) -> list[tuple[str, str]]:
     ]
 
 
-def _spend_plot(ledger: Ledger, dataset: str, unit: Adjacency, report: dict, out: Path) -> bool:
-    """``spend.png``: epsilon after each active entry at ``unit``; False when the ledger has
-    no entry or its total is not defined at that unit."""
-    try:
-        history = ledger.history(dataset, unit)
-    except ValueError:
-        return False
-    if not history:
-        return False
+def _spend_plot(history: list[Spent], cap: float | None, unit: Adjacency, path: Path) -> None:
+    """Epsilon spent by the dataset's published releases, cumulatively, against the cap."""
     fig = Figure(figsize=(6, 3), dpi=100)
     ax = fig.subplots()
-    steps = range(1, len(history) + 1)
-    ax.step(steps, [c.epsilon for _, c in history], where="post", label="spent or reserved")
-    if report["cap"]:
-        ax.axhline(report["cap"]["epsilon"], color="#c00", linestyle="--", label="cap")
-    ax.set_xticks(list(steps), [d for d, _ in history], rotation=45, ha="right", fontsize=7)
+    steps = list(range(1, len(history) + 1))
+    ax.step(steps, [h.epsilon for h in history], where="post", label="published releases")
+    if cap is not None:
+        ax.axhline(cap, color="#c00", linestyle="--", label="cap")
+    ax.set_xticks(steps)
+    ax.set_xlabel("release (in order of publication)")
     ax.set_ylabel(f"epsilon ({unit.value} level)")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "spend.png")
-    return True
+    fig.savefig(path)

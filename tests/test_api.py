@@ -104,3 +104,32 @@ def test_run_logs_reach_python_logging_and_name_no_private_data(tmp_path):
         f"run {run_id}: M2 trained",
         f"run {run_id}: published",
     ]  # the run, its stages and its public budget: no document, word or private count
+
+
+def test_prefect_writes_nothing_to_the_terminal_of_a_fresh_process(tmp_path):
+    """No logging configured by the application and Prefect's own level: the API's run
+    still leaves stdout and stderr empty (Prefect's console handler is detached)."""
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    code = (
+        "import fdptm\n"
+        "from gensim.test.utils import datapath\n"
+        f"lee = fdptm.Workspace({str(tmp_path / 'ws')!r}).dataset('lee')\n"
+        "lee.ingest(datapath('lee_background.cor'), fmt='lines')\n"
+        "lee.release(epsilon=5, delta=1e-5, topics=3, iterations=5, seed=1, "
+        "vocabulary='wordfreq:en:2000')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
+    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert [
+        line for line in done.stderr.splitlines() if "Flow run" in line or "prefect" in line
+    ] == []

@@ -38,6 +38,23 @@ def test_fit_gives_stochastic_components_and_the_mechanisms_guarantee(counts):
     np.testing.assert_array_equal(dense.components_, model.components_)
 
 
+@pytest.mark.parametrize(
+    "mechanism,unit,expected",
+    [
+        ("spectral", None, Adjacency.DOCUMENT_REPLACE),
+        ("spectral", "authors", Adjacency.AUTHOR_REPLACE),
+        ("topicdp-laplace", "authors", Adjacency.AUTHOR),
+    ],
+)
+def test_every_mechanism_gets_the_units_adjacency_as_a_release_passes_it(
+    counts, mechanism, unit, expected
+):
+    X, authors, _ = counts
+    model = fdptm.DPTopicModel(3, 5.0, 1e-5, mechanism=mechanism, iterations=5, seed=3)
+    model.fit(X, authors=authors if unit else None)
+    assert model.guarantee_.adjacency == expected and model.seeded_
+
+
 def test_authors_make_it_author_level_and_word_level_mechanisms_say_so(counts):
     X, authors, _ = counts
     model = fdptm.DPTopicModel(3, 5.0, 1e-5, iterations=5, seed=2).fit(X, authors=authors)

@@ -106,3 +106,21 @@ def test_altered_or_incomplete_releases_are_refused(released, tmp_path):
         fdptm.load_release(copy)
     with pytest.raises(BadInputError, match="is not a release directory"):
         fdptm.load_release(tmp_path / "nowhere")
+
+
+def test_columns_follow_the_vocabularys_index_not_its_row_order(released, tmp_path):
+    """A vocabulary file whose rows are permuted (its hash recorded again) loads to the
+    same columns: words are placed by their ``index``, not by their row."""
+    import pyarrow as pa
+
+    from fdptm.storage.artifacts import file_sha256
+
+    copy = tmp_path / "permuted"
+    shutil.copytree(released[2], copy)
+    table = pq.read_table(copy / "vocabulary.parquet")
+    order = np.random.default_rng(0).permutation(table.num_rows)
+    pq.write_table(table.take(pa.array(order)), copy / "vocabulary.parquet")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"]["vocabulary.parquet"]["sha256"] = file_sha256(copy / "vocabulary.parquet")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert fdptm.load_release(copy).vocabulary == fdptm.load_release(released[2]).vocabulary

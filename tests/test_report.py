@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -69,17 +71,20 @@ def test_report_of_a_release_with_a_cap(tmp_path, pheme_raw, capsys):
     assert page.headings[1:] == [
         "The guarantee in plain words",
         "Per-stage budgets",
-        "The dataset's lifetime ledger",
+        "The dataset's budget",
         "What the release learned (DP: computed from the release alone)",
         "Top words",
     ]
     text = " ".join(page.text)
     assert "(8, 1e-05)-DP" in text and "Lifetime cap: epsilon 20" in text
-    assert "remaining: epsilon 4" in text  # 20 - 8 - 8
+    assert "(16, 2e-05)-DP" in text  # the two published releases, composed
     assert page.images == ["spend.png"]
     assert (path.parent / "spend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    dates = [e for e in page.text if e.startswith("20") and len(e) == 10]
-    assert len(dates) == 4  # one per ledger entry: a day, never a time
+    # nothing about how runs went: no remaining budget, no ledger states, no entry dates
+    assert "remaining" not in text and "reserved" not in text.replace("a reservation", "")
+    released_on = json.loads((workspace.release_dir(run_id) / "manifest.json").read_text())
+    dates = [e for e in page.text if re.fullmatch(r"\d{4}-\d{2}-\d{2}", e.strip())]
+    assert dates == [] and text.count(released_on["release_date"]) == 1
     assert main(["report", "--run", "nope", *ws]) == 2
 
 
@@ -134,3 +139,47 @@ def test_templates_escape_everything_from_a_release():
     )
     assert hostile not in env_page and "&lt;script&gt;" in env_page
     assert Page(env_page).stack == []
+
+
+def test_the_release_page_escapes_words_and_states_no_dp_for_a_seeded_run():
+    hostile = "<script>alert(1)</script>"
+    page = render(
+        "release.html.j2",
+        manifest={
+            "run_id": "r",
+            "release_date": "2026-01-01",
+            "model": {"topics": 1, "vocabulary_size": 1},
+        },
+        dataset=hostile,
+        guarantee={
+            "statement": "(1, 1e-05)-DP",
+            "adjacency": "document",
+            "neighbouring_datasets": "n",
+            "privacy_unit": "u",
+            "not_covered": "c",
+            "accountant": "a",
+            "notion": "approximate-dp",
+            "epsilon": 1.0,
+            "delta": 1e-5,
+        },
+        seeded=True,
+        stages=[],
+        public=False,
+        cap=None,
+        releases=[],
+        spend_plot=None,
+        plot_unit="document",
+        utility=[("vocabulary", "1")],
+        topics=[
+            {
+                "topic": 0,
+                "floor": 0.1,
+                "no_signal": False,
+                "words": [{"word": hostile, "probability": 0.9}],
+            }
+        ],
+        near_uniform_tv="0.05",
+    )
+    assert hostile not in page and page.count("&lt;script&gt;") == 2
+    assert "NOT differentially private" in page and "Whatever anyone learns" not in page
+    assert Page(page).stack == []
