@@ -38,10 +38,10 @@ def _resolve(name: str) -> type:
 
 
 def _registered() -> set[str]:
-    """Modules of the registered M2 mechanisms (the registry imports them anyway)."""
-    from fdptm.mechanisms.registry import MECHANISMS
+    """Modules of the registered M2 mechanisms (asked only for a class outside fdptm)."""
+    from fdptm.mechanisms.registry import MECHANISMS, TUNED
 
-    return {m.module for m in MECHANISMS.values()}
+    return {m.implementation.params.__module__ for m in [*MECHANISMS.values(), *TUNED.values()]}
 
 
 def encode(value: Any) -> Any:

@@ -303,7 +303,8 @@ def test_every_registered_mechanism_loads_and_lists_its_options():
     for name, m in MECHANISMS.items():
         options = m.options()
         assert not set(options) & {"n_topics", "adjacency", "iterations"}, name
-        assert callable(m._fn(m.train_name)), name
+        impl = m.implementation
+        assert callable(impl.params) and callable(impl.train), name
 
 
 def test_a_refusal_on_the_public_vocabulary_size_refunds_m2(pheme_ws, capsys):

@@ -58,3 +58,23 @@ def test_no_package_module_prints_except_the_cli():
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"
             ]
     assert offenders == []
+
+
+def test_the_registry_imports_no_mechanism_until_one_is_used():
+    """The CLI refuses bad requests in about two seconds because listing the mechanisms
+    imports none of them (numba and the kernels take about 1.7 s); using one loads only it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fdptm.mechanisms.registry import MECHANISMS, mechanism\n"
+        "assert 'numba' not in sys.modules, 'numba'\n"
+        "loaded = {m for m in sys.modules if m.startswith('fdptm.mechanisms.')}\n"
+        "assert loaded <= {'fdptm.mechanisms.registry', 'fdptm.mechanisms.guarantee'}, loaded\n"
+        "mechanism('dp-vi').options()\n"
+        "assert 'fdptm.mechanisms.dp_vi' in sys.modules\n"
+        "assert 'fdptm.mechanisms.spectral' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

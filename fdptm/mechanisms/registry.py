@@ -1,22 +1,31 @@
 """The M2 mechanisms a run can use (``--mechanism NAME``) and how each is called.
 
-Every mechanism module follows one contract: ``<name>_params(epsilon, delta, *, ...)``
-validates public parameters and calibrates the noise (raising ``BadInputError``, before any
-private data is read), its result has ``to_dict()`` and ``guarantee()``, and
-``train_<name>(corpus, n_topics, params, noise, *, progress)`` returns the DP topic-word
-matrix. The registry adds what the pipeline needs to plan a run: the notion of privacy, the
-adjacency the guarantee holds for on a dataset of a given unit, and whether the mechanism
-uses delta. Mechanism options (``--m2-option key=value``) are the keyword parameters of the
-params function that the pipeline does not fill in itself; unknown options are refused.
+Every mechanism is one module that provides an ``Implementation``:
+``params(epsilon, delta, *, ...)`` validates public parameters and calibrates the noise
+(raising ``BadInputError`` before any private data is read) and returns ``M2Params``
+(``to_dict()`` and ``guarantee()``); ``train(corpus, n_topics, params, noise, *, progress)``
+returns the DP topic-word matrix; an optional ``public_check(params, n_words)`` refuses what
+the public vocabulary size rules out. The registry adds what the pipeline needs to plan a
+run: the notion of privacy, the adjacency the guarantee holds for on a dataset of a given
+unit, and whether the mechanism uses delta. Each entry names a loader, a function that
+imports its module and returns its ``Implementation``: the modules (numba kernels
+included) take about 1.7 s to import, so ``fdptm release --epsilon 0`` and every other
+refusal stay fast by importing only the mechanism a run uses. Mechanism options
+(``--m2-option key=value``) are the keyword parameters of ``params`` that the pipeline does
+not fill in itself; unknown options are refused.
+
+Adding a mechanism: write its module (``params``, ``train``, their docstrings stating the
+adjacency and the guarantee with the paper's section), a loader below, and one
+``Mechanism(...)`` line in ``MECHANISMS`` (README, "Adding a mechanism").
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, Protocol
 
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.guarantee import (
@@ -26,6 +35,34 @@ from fdptm.mechanisms.guarantee import (
     Guarantee,
 )
 from fdptm.privacy.adjacency import Adjacency
+
+
+class M2Params(Protocol):
+    """Calibrated parameters of one M2 run: public functions of the request."""
+
+    def to_dict(self) -> dict: ...
+
+    def guarantee(self) -> Guarantee: ...
+
+
+class ParamsFunction(Protocol):
+    def __call__(self, epsilon: float, delta: float, **kwargs: Any) -> M2Params: ...
+
+
+class Trainer(Protocol):
+    def __call__(
+        self, corpus: Any, n_topics: int, params: Any, noise: Any, **kwargs: Any
+    ) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """What a mechanism module provides (module docstring)."""
+
+    params: ParamsFunction
+    train: Trainer
+    public_check: Callable[[Any, int], None] | None = None
+
 
 DEFAULT_MECHANISM = "dp-vi"
 CONTEXT = ("n_topics", "adjacency", "max_docs_per_author", "max_tokens_per_doc", "iterations")
@@ -52,20 +89,19 @@ class Mechanism:
     notion: str
     uses_delta: bool
     adjacency_for: Callable[[Adjacency], Adjacency]
-    module: str
-    params_name: str
-    train_name: str
+    load: Callable[[], Implementation]
     fixed: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
-    public_check: str | None = None
     trains_on_oov: bool = True
 
-    def _fn(self, name: str) -> Callable[..., Any]:
-        return getattr(importlib.import_module(self.module), name)
+    @property
+    def implementation(self) -> Implementation:
+        """The module's functions, imported on first use."""
+        return self.load()
 
     def options(self) -> dict[str, Any]:
         """The user-settable options and their defaults."""
-        sig = inspect.signature(self._fn(self.params_name))
+        sig = inspect.signature(self.implementation.params)
         return {
             n: self.defaults.get(n, p.default)
             for n, p in sig.parameters.items()
@@ -83,15 +119,16 @@ class Mechanism:
                 f"mechanism {self.name!r} has no option(s) {unknown}; its options are "
                 + (", ".join(f"{k} (default {v!r})" for k, v in accepted.items()) or "none")
             )
-        fn = self._fn(self.params_name)
+        fn = self.implementation.params
         wanted = inspect.signature(fn).parameters
         kwargs = {k: v for k, v in context.items() if k in wanted}
         return fn(epsilon, delta, **kwargs, **self.fixed, **{**self.defaults, **options})
 
     def check_public(self, params: Any, n_words: int) -> None:
         """Refuse what the (public) vocabulary size rules out, before private data is read."""
-        if self.public_check:
-            self._fn(self.public_check)(params, n_words)
+        check = self.implementation.public_check
+        if check is not None:
+            check(params, n_words)
 
     def train(self, corpus: Any, n_topics: int, params: Any, noise: Any, **kwargs: Any) -> Any:
         """The topic-word matrix over ``corpus``'s columns, SAN's OOV id (the last) included.
@@ -99,7 +136,7 @@ class Mechanism:
         A mechanism that does not train on the OOV token (``trains_on_oov``) gets the corpus
         without it (and a public prior without its column) and returns a zero OOV column.
         """
-        fn = self._fn(self.train_name)
+        fn = self.implementation.train
         if self.trains_on_oov:
             return fn(corpus, n_topics, params, noise, **kwargs)
         import numpy as np
@@ -115,19 +152,63 @@ class Mechanism:
     @property
     def takes_public_prior(self) -> bool:
         """Whether the trainer accepts ``public_topics`` (a public prior's topic counts)."""
-        return "public_topics" in inspect.signature(self._fn(self.train_name)).parameters
+        return "public_topics" in inspect.signature(self.implementation.train).parameters
 
     @property
     def releases_parameters(self) -> bool:
         """Whether the trainer releases DP parameters of its own (``released``: dp-vi's
         private clipping norm), which the manifest reports."""
-        return "released" in inspect.signature(self._fn(self.train_name)).parameters
+        return "released" in inspect.signature(self.implementation.train).parameters
 
     def guarantee(self, params: Any) -> Guarantee:
         g = params.guarantee()
         if g.notion != self.notion:
             raise AssertionError(f"{self.name} states {g.notion}, registered as {self.notion}")
         return g
+
+
+@cache
+def _hdp_lda() -> Implementation:
+    from fdptm.mechanisms import lda
+
+    return Implementation(lda.hdp_lda_params_for_run, lda.train_hdp_lda)
+
+
+@cache
+def _noisy_cgs() -> Implementation:
+    from fdptm.mechanisms import noisy_cgs
+
+    return Implementation(noisy_cgs.noisy_cgs_params, noisy_cgs.train_noisy_cgs)
+
+
+@cache
+def _spectral() -> Implementation:
+    from fdptm.mechanisms import spectral
+
+    return Implementation(
+        spectral.spectral_params, spectral.train_spectral, spectral.check_vocabulary
+    )
+
+
+@cache
+def _topicdp() -> Implementation:
+    from fdptm.mechanisms import topicdp
+
+    return Implementation(topicdp.topicdp_params, topicdp.train_topicdp, topicdp.check_vocabulary)
+
+
+@cache
+def _dp_vi() -> Implementation:
+    from fdptm.mechanisms import dp_vi
+
+    return Implementation(dp_vi.dp_vi_params, dp_vi.train_dp_vi)
+
+
+@cache
+def _tuned_dp_vi() -> Implementation:
+    from fdptm.mechanisms import tuning
+
+    return Implementation(tuning.tuned_dp_vi_params, tuning.train_tuned_dp_vi)
 
 
 MECHANISMS: dict[str, Mechanism] = {
@@ -139,9 +220,7 @@ MECHANISMS: dict[str, Mechanism] = {
             APPROXIMATE_DP,
             False,
             _word,
-            "fdptm.mechanisms.lda",
-            "hdp_lda_params_for_run",
-            "train_hdp_lda",
+            _hdp_lda,
         ),
         Mechanism(
             "zhu",
@@ -149,9 +228,7 @@ MECHANISMS: dict[str, Mechanism] = {
             CLAIMED_UNPROVEN,
             False,
             _same_unit,
-            "fdptm.mechanisms.noisy_cgs",
-            "noisy_cgs_params",
-            "train_noisy_cgs",
+            _noisy_cgs,
             {"variant": "zhu"},
         ),
         Mechanism(
@@ -160,9 +237,7 @@ MECHANISMS: dict[str, Mechanism] = {
             CLAIMED_UNPROVEN,
             False,
             _word,
-            "fdptm.mechanisms.noisy_cgs",
-            "noisy_cgs_params",
-            "train_noisy_cgs",
+            _noisy_cgs,
             {"variant": "cdp-lda"},
         ),
         Mechanism(
@@ -171,9 +246,7 @@ MECHANISMS: dict[str, Mechanism] = {
             CLAIMED_UNPROVEN,
             False,
             _word,
-            "fdptm.mechanisms.noisy_cgs",
-            "noisy_cgs_params",
-            "train_noisy_cgs",
+            _noisy_cgs,
             {"variant": "cdp-lda-plus"},
         ),
         Mechanism(
@@ -182,11 +255,8 @@ MECHANISMS: dict[str, Mechanism] = {
             APPROXIMATE_DP,
             True,
             _replace,
-            "fdptm.mechanisms.spectral",
-            "spectral_params",
-            "train_spectral",
+            _spectral,
             {"claimed_unproven": False},
-            public_check="check_vocabulary",
         ),
         Mechanism(
             "spectral-unproven",
@@ -194,12 +264,9 @@ MECHANISMS: dict[str, Mechanism] = {
             CLAIMED_UNPROVEN,
             True,
             _replace,
-            "fdptm.mechanisms.spectral",
-            "spectral_params",
-            "train_spectral",
+            _spectral,
             {"claimed_unproven": True},
             {"config": 3},
-            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp",
@@ -207,11 +274,8 @@ MECHANISMS: dict[str, Mechanism] = {
             RANDOM_DP,
             True,
             _same_unit,
-            "fdptm.mechanisms.topicdp",
-            "topicdp_params",
-            "train_topicdp",
+            _topicdp,
             {"variant": "gaussian"},
-            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp-laplace",
@@ -219,11 +283,8 @@ MECHANISMS: dict[str, Mechanism] = {
             APPROXIMATE_DP,
             False,
             _same_unit,
-            "fdptm.mechanisms.topicdp",
-            "topicdp_params",
-            "train_topicdp",
+            _topicdp,
             {"variant": "laplace"},
-            public_check="check_vocabulary",
         ),
         Mechanism(
             "topicdp-mvg",
@@ -231,11 +292,8 @@ MECHANISMS: dict[str, Mechanism] = {
             RANDOM_DP,
             True,
             _same_unit,
-            "fdptm.mechanisms.topicdp",
-            "topicdp_params",
-            "train_topicdp",
+            _topicdp,
             {"variant": "mvg"},
-            public_check="check_vocabulary",
         ),
         Mechanism(
             "dp-vi",
@@ -243,9 +301,7 @@ MECHANISMS: dict[str, Mechanism] = {
             APPROXIMATE_DP,
             True,
             _same_unit,
-            "fdptm.mechanisms.dp_vi",
-            "dp_vi_params",
-            "train_dp_vi",
+            _dp_vi,
             trains_on_oov=False,
         ),
     ]
@@ -259,9 +315,7 @@ TUNED: dict[str, Mechanism] = {
         APPROXIMATE_DP,
         True,
         _same_unit,
-        "fdptm.mechanisms.tuning",
-        "tuned_dp_vi_params",
-        "train_tuned_dp_vi",
+        _tuned_dp_vi,
         trains_on_oov=False,
     )
 }
