@@ -10,7 +10,7 @@ import numpy as np
 
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus, train_cgs
-from fdptm.mechanisms.registry import Mechanism
+from fdptm.mechanisms.registry import Implementation, Mechanism
 from fdptm.privacy import events
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -60,7 +60,5 @@ BROKEN = Mechanism(
     APPROXIMATE_DP,
     False,
     lambda unit: unit,
-    "broken_mechanism",
-    "broken_params",
-    "train_broken",
+    lambda: Implementation(broken_params, train_broken),
 )
