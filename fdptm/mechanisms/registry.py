@@ -46,10 +46,14 @@ class M2Params(Protocol):
 
 
 class ParamsFunction(Protocol):
+    """``params(epsilon, delta, *, ...)``: validate, calibrate, return ``M2Params``."""
+
     def __call__(self, epsilon: float, delta: float, **kwargs: Any) -> M2Params: ...
 
 
 class Trainer(Protocol):
+    """``train(corpus, n_topics, params, noise, *, progress, ...)``: the k x V DP matrix."""
+
     def __call__(
         self, corpus: Any, n_topics: int, params: Any, noise: Any, **kwargs: Any
     ) -> Any: ...
