@@ -74,6 +74,7 @@ curves comparable.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +93,13 @@ from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.events import ACCOUNTANTS
 from fdptm.privacy.noise import NoiseSource
+
+_DP_VI = {
+    name: p.default
+    for name, p in inspect.signature(dp_vi.dp_vi_params).parameters.items()
+    if p.default is not p.empty
+}
+"""dp-vi's option defaults, the one source of the trials' defaults."""
 
 SHAPE = 1.0
 """Geometric K (Papernot & Steinke's eta = 1)."""
@@ -171,18 +179,19 @@ def tuned_dp_vi_params(
     tune_clips: str | float = 2.0,
     mean_trials: float = 2.0,
     holdout: float = 0.2,
-    clip_quantile: float = 0.5,
-    clip_share: float = 0.05,
-    eta: float = 0.01,
-    alpha: float = 0.1,
-    local_iterations: int = 20,
-    local_tolerance: float = 1e-3,
-    step_decay: float = 0.6,
-    step_offset: float = 1.0,
-    prior_weight: float = 1.0,
+    clip_quantile: float = _DP_VI["clip_quantile"],
+    clip_share: float = _DP_VI["clip_share"],
+    eta: float = _DP_VI["eta"],
+    alpha: float = _DP_VI["alpha"],
+    local_iterations: int = _DP_VI["local_iterations"],
+    local_tolerance: float = _DP_VI["local_tolerance"],
+    step_decay: float = _DP_VI["step_decay"],
+    step_offset: float = _DP_VI["step_offset"],
+    prior_weight: float = _DP_VI["prior_weight"],
 ) -> TunedParams:
     """Validate the grid, find the trials' common rho for (epsilon, delta), calibrate every
-    configuration to it. Grids are comma-separated (``--m2-option tune_clips=2,private``).
+    configuration to it. Grids are comma-separated (``--m2-option tune_clips=2,private``);
+    the other options pass to every trial's dp-vi, with dp-vi's own defaults.
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
