@@ -1,4 +1,5 @@
-"""The ``fdptm`` command line: demo, ingest, release, compare, audit, recover, budget.
+"""The ``fdptm`` command line: demo, ingest, release, compare, audit, report, recover,
+mechanisms, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
 says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
@@ -169,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--dataset", help="only this dataset's runs")
     workspace(rec)
 
+    mech = sub.add_parser(
+        "mechanisms", help="list the M2 mechanisms, their guarantees and their options"
+    )
+    mech.add_argument("--json", action="store_true")
+
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": cmd_report,
             "recover": cmd_recover,
             "budget": cmd_budget,
+            "mechanisms": cmd_mechanisms,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -544,6 +551,26 @@ def cmd_recover(args: argparse.Namespace) -> int:
             f"{r.spent} spent entr(y/ies) kept"
             + (f"; resume with `fdptm release --resume {r.run_id}`" if r.spent else "")
         )
+    return 0
+
+
+def cmd_mechanisms(args: argparse.Namespace) -> int:
+    from fdptm.mechanisms.registry import TUNED
+
+    listed = [m.describe() for m in [*MECHANISMS.values(), *TUNED.values()]]
+    if args.json:
+        print(json.dumps(listed, indent=2, default=str))
+        return 0
+    for m in listed:
+        default = " (default)" if m["name"] == DEFAULT_MECHANISM else ""
+        tuned = " (--tune)" if m["name"] in {t.name for t in TUNED.values()} else ""
+        print(f"{m['name']}{default}{tuned}: {m['summary']}")
+        units = ", ".join(f"{got} on {unit} datasets" for unit, got in m["adjacency"].items())
+        delta = "epsilon and delta" if m["uses_delta"] else "epsilon only"
+        print(f"  {m['notion']}, {units}; spends {delta}")
+        for o in m["options"]:
+            hint = f" ({o['hint']})" if o["hint"] else ""
+            print(f"  --m2-option {o['name']}={o['default']}: {o['what']}; {o['accepts']}{hint}")
     return 0
 
 

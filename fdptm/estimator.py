@@ -31,7 +31,12 @@ import numpy as np
 from scipy import sparse
 
 from fdptm.errors import BadInputError
-from fdptm.mechanisms.checks import check_count
+from fdptm.mechanisms.constraints import (
+    ITERATIONS,
+    MAX_DOCS_PER_AUTHOR,
+    MAX_TOKENS_PER_DOC,
+    N_TOPICS,
+)
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.mechanisms.registry import mechanism
@@ -84,10 +89,10 @@ class DPTopicModel:
                 f"{self.mechanism!r} claims DP in its paper, but the claim does not hold "
                 "(README, 'M2 mechanisms'); pass allow_unproven=True to train it anyway"
             )
-        check_count(self.n_topics, "n_topics")
-        check_count(self.iterations, "iterations")
-        check_count(self.max_docs_per_author, "max_docs_per_author")
-        check_count(self.max_tokens_per_doc, "max_tokens_per_doc")
+        N_TOPICS.check("n_topics", self.n_topics)
+        ITERATIONS.check("iterations", self.iterations)
+        MAX_DOCS_PER_AUTHOR.check("max_docs_per_author", self.max_docs_per_author)
+        MAX_TOKENS_PER_DOC.check("max_tokens_per_doc", self.max_tokens_per_doc)
         counts = _counts(X)
         units = self._units(counts, authors)
         unit = Adjacency.DOCUMENT if authors is None else Adjacency.AUTHOR

@@ -64,7 +64,11 @@ def _last_manifest(workspace) -> dict:
         ("zhu", [], "pass --allow-unproven"),
         ("cdp-lda-plus", [], "pass --allow-unproven"),
         ("hdp-lda", ["--m2-option", "nope=1"], "has no option(s) ['nope']"),
-        ("hdp-lda", ["--m2-option", "clip=-3"], "clipping bound C must be"),
+        (
+            "hdp-lda",
+            ["--m2-option", "clip=-3"],
+            "clip (the clipping bound C) must be a finite number > 0, got -3",
+        ),
         ("hdp-lda", ["--m2-option", "clip"], "a mechanism option is key=value"),
         ("dp-vi", ["--m2-option", "clip=-1"], "clip (the per-unit L2 bound C, or 'private')"),
         ("dp-vi", ["--m2-option", "clip=median"], "clip (the per-unit L2 bound C, or 'private')"),
@@ -77,10 +81,22 @@ def _last_manifest(workspace) -> dict:
         ("spectral", ["--m2-option", "config=5"], "config"),
         ("spectral", ["--m2-option", "config=3"], "--mechanism spectral-unproven"),
         ("topicdp", ["--m2-option", "gamma=2"], "gamma"),
-        ("topicdp-mvg", ["--m2-option", "trainer=magic"], "unknown trainer"),
-        ("zhu", ["--allow-unproven", "--m2-option", "alpha=0"], "alpha must be"),
+        (
+            "topicdp-mvg",
+            ["--m2-option", "trainer=magic"],
+            "must be one of 'cgs', 'gensim', got 'magic'",
+        ),
+        (
+            "zhu",
+            ["--allow-unproven", "--m2-option", "alpha=0"],
+            "alpha (the document-topic prior) must be a finite number > 0, got 0",
+        ),
         ("cdp-lda", ["--allow-unproven", "--m2-option", "iterations=3"], "has no option"),
-        ("topicdp-laplace", ["--m2-option", "alpha=-1"], "alpha must be"),
+        (
+            "topicdp-laplace",
+            ["--m2-option", "alpha=-1"],
+            "alpha (the document-topic prior) must be",
+        ),
         ("spectral-unproven", ["--allow-unproven", "--m2-option", "config=1"], "config"),
     ],
 )

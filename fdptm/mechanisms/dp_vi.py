@@ -161,7 +161,20 @@ from scipy.special import digamma
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import vi
-from fdptm.mechanisms.checks import check_count, check_positive, is_real
+from fdptm.mechanisms.constraints import (
+    ITERATIONS,
+    MAX_DOCS_PER_AUTHOR,
+    N_TOPICS,
+    NON_NEGATIVE,
+    OPEN_FRACTION,
+    POSITIVE,
+    DatasetUnit,
+    Integer,
+    OneOf,
+    Real,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.privacy import events, quantile
@@ -172,6 +185,58 @@ from fdptm.privacy.noise import NoiseSource
 
 SUPPORTED_ADJACENCY = (Adjacency.AUTHOR, Adjacency.DOCUMENT)
 PRIVATE_CLIP = "private"
+
+PARAMETER_CONSTRAINTS = {
+    "n_topics": N_TOPICS,
+    "adjacency": param(
+        DatasetUnit(SUPPORTED_ADJACENCY),
+        what="dp-vi guarantees add/remove adjacency at author or document level",
+    ),
+    "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
+    "iterations": ITERATIONS,
+    "clip": param(
+        POSITIVE, OneOf((PRIVATE_CLIP,)), what=f"the per-unit L2 bound C, or {PRIVATE_CLIP!r}"
+    ),
+    "clip_quantile": param(
+        OPEN_FRACTION,
+        what="the quantile of the units' norms clip=private chooses",
+        hint="0.5 clips at the median unit's word-count norm",
+    ),
+    "clip_share": param(
+        OPEN_FRACTION, what="the private clipping norm's share of M2's zCDP budget"
+    ),
+    "sampling_rate": param(
+        Real(0.0, 1.0, closed="right"),
+        what="Poisson sampling probability of a unit",
+        hint="1 uses every unit in every iteration",
+    ),
+    "eta": param(POSITIVE, what="the topic-word prior"),
+    "alpha": param(POSITIVE, what="the document-topic prior"),
+    "local_iterations": param(Integer(1), what="E-step rounds per document"),
+    "local_tolerance": param(
+        NON_NEGATIVE,
+        what="the E-step's stopping tolerance",
+        hint="0 always runs local_iterations rounds",
+    ),
+    "step_decay": param(
+        Real(0.0, 1.0, closed="both"),
+        what="kappa of rho_t = (offset + t)^-kappa",
+        hint="0 is batch variational EM",
+    ),
+    "step_offset": param(
+        Real(1.0, closed="left"),
+        what="tau of rho_t = (tau + t)^-kappa",
+        hint=">= 1 keeps every step size in (0, 1]",
+    ),
+    "threshold": param(
+        NON_NEGATIVE,
+        what="in noise standard deviations",
+        hint="0 keeps every positive entry",
+    ),
+    "accountant": param(OneOf(tuple(sorted(ACCOUNTANTS))), what="the privacy accountant"),
+    "prior_weight": param(POSITIVE, what="weight of a public prior's topic counts"),
+}
+"""Every option of ``dp_vi_params`` and what it accepts (``fdptm.mechanisms.constraints``)."""
 CANDIDATES = np.asarray(quantile.GEOMETRIC_CANDIDATES)
 _RELATIVE_PRECISION = {"rdp": 1e-6, "pld": 1e-3}
 _MIN_NOISE_MULTIPLIER = 1e-3
@@ -349,6 +414,7 @@ def basic_composition(
     return iterations * eps_t + clip_epsilon, iterations * delta_t
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def dp_vi_params(
     epsilon: float,
     delta: float,
@@ -381,23 +447,7 @@ def dp_vi_params(
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
-    _check_options(
-        n_topics=n_topics,
-        adjacency=adjacency,
-        max_docs_per_author=max_docs_per_author,
-        iterations=iterations,
-        sampling_rate=sampling_rate,
-        eta=eta,
-        alpha=alpha,
-        local_iterations=local_iterations,
-        local_tolerance=local_tolerance,
-        step_decay=step_decay,
-        step_offset=step_offset,
-        threshold=threshold,
-        accountant=accountant,
-    )
-    check_positive(prior_weight, "prior_weight (weight of a public prior's topic counts)")
-    private_clip = _check_clip(clip, clip_quantile, clip_share, accountant)
+    private_clip = _check_clip(clip, accountant)
     share = clip_share if private_clip else 0.0
     z = calibrate_noise_multiplier(
         epsilon, delta, sampling_rate, iterations, "rdp", clip_share=share
@@ -444,88 +494,16 @@ def dp_vi_params(
     )
 
 
-def _check_clip(
-    clip: float | str, clip_quantile: float, clip_share: float, accountant: str
-) -> bool:
-    """Whether C is chosen privately; BadInputError for an unusable clipping option."""
+def _check_clip(clip: float | str, accountant: str) -> bool:
+    """Whether C is chosen privately; BadInputError when the accountant cannot compose it."""
     if clip != PRIVATE_CLIP:
-        check_positive(clip, f"clip (the per-unit L2 bound C, or {PRIVATE_CLIP!r})")
         return False
-    if not is_real(clip_quantile) or not 0.0 < clip_quantile < 1.0:
-        raise BadInputError(
-            f"clip_quantile must lie strictly between 0 and 1, got {clip_quantile!r}; 0.5 "
-            "clips at the median unit's word-count norm"
-        )
-    if not is_real(clip_share) or not 0.0 < clip_share < 1.0:
-        raise BadInputError(
-            f"clip_share (the private clipping norm's share of M2's zCDP budget) must lie "
-            f"strictly between 0 and 1, got {clip_share!r}"
-        )
     if accountant != "rdp":
         raise BadInputError(
             "clip=private composes a zCDP quantile, which only the 'rdp' accountant can "
             "account for; use accountant=rdp or a fixed clip"
         )
     return True
-
-
-def _check_options(
-    *,
-    n_topics: int,
-    adjacency: Adjacency,
-    max_docs_per_author: int,
-    iterations: int,
-    sampling_rate: float,
-    eta: float,
-    alpha: float,
-    local_iterations: int,
-    local_tolerance: float,
-    step_decay: float,
-    step_offset: float,
-    threshold: float,
-    accountant: str,
-) -> None:
-    """Raise BadInputError for any unusable public option (before any data is read)."""
-    check_count(n_topics, "the number of topics")
-    check_count(max_docs_per_author, "max_docs_per_author")
-    check_count(iterations, "iterations")
-    check_count(local_iterations, "local_iterations")
-    if not isinstance(adjacency, Adjacency) or adjacency not in SUPPORTED_ADJACENCY:
-        raise BadInputError(
-            f"dp-vi guarantees add/remove adjacency at author or document level, not "
-            f"{adjacency!r}; pass one of {[a.value for a in SUPPORTED_ADJACENCY]}"
-        )
-    check_positive(eta, "eta (the topic-word prior)")
-    check_positive(alpha, "alpha (the document-topic prior)")
-    if not is_real(sampling_rate) or not 0.0 < sampling_rate <= 1.0:
-        raise BadInputError(
-            f"sampling_rate (Poisson sampling probability of a unit) must be in (0, 1], "
-            f"got {sampling_rate!r}; 1 uses every unit in every iteration"
-        )
-    if not is_real(local_tolerance) or local_tolerance < 0:
-        raise BadInputError(
-            f"local_tolerance must be a finite number >= 0, got {local_tolerance!r}; "
-            "0 always runs local_iterations rounds"
-        )
-    if not is_real(step_decay) or not 0.0 <= step_decay <= 1.0:
-        raise BadInputError(
-            f"step_decay (kappa of rho_t = (offset + t)^-kappa) must be in [0, 1], "
-            f"got {step_decay!r}; 0 is batch variational EM"
-        )
-    if not is_real(step_offset) or step_offset < 1.0:
-        raise BadInputError(
-            f"step_offset (tau of rho_t = (tau + t)^-kappa) must be a finite number >= 1 so "
-            f"that every step size is in (0, 1], got {step_offset!r}"
-        )
-    if not is_real(threshold) or threshold < 0:
-        raise BadInputError(
-            f"threshold (in noise standard deviations) must be a finite number >= 0, got "
-            f"{threshold!r}; 0 keeps every positive entry"
-        )
-    if accountant not in ACCOUNTANTS:
-        raise BadInputError(
-            f"unknown accountant {accountant!r}; choose one of {sorted(ACCOUNTANTS)}"
-        )
 
 
 @dataclass(frozen=True)

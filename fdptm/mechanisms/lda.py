@@ -31,10 +31,16 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
-from fdptm.mechanisms.checks import check_positive
+from fdptm.mechanisms.constraints import (
+    ITERATIONS,
+    OPEN_FRACTION,
+    POSITIVE,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.privacy import events
-from fdptm.privacy.accountant import check_delta, check_epsilon
+from fdptm.privacy.accountant import check_epsilon
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
@@ -129,6 +135,22 @@ class HdpLdaParams:
         )
 
 
+PARAMETER_CONSTRAINTS = {
+    "iterations": ITERATIONS,
+    "clip": param(POSITIVE, what="the clipping bound C"),
+    "inherent_fraction": param(
+        OPEN_FRACTION, what="the share of each iteration's epsilon spent by clipping"
+    ),
+    "alpha": param(POSITIVE, what="the document-topic prior"),
+}
+"""Every option of ``hdp_lda_params_for_run`` and what it accepts
+(``fdptm.mechanisms.constraints``)."""
+
+
+@validate_params(
+    PARAMETER_CONSTRAINTS
+    | {"reporting_delta": param(OPEN_FRACTION, what="the delta of the reported RDP total")}
+)
 def hdp_lda_params(
     epsilon: float,
     iterations: int,
@@ -154,13 +176,6 @@ def hdp_lda_params(
     constants, never tuned on the data of a run.
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
-    if iterations < 1:
-        raise BadInputError(f"iterations must be >= 1, got {iterations}")
-    if not 0 < inherent_fraction < 1:
-        raise BadInputError(f"inherent_fraction must be in (0, 1), got {inherent_fraction}")
-    check_positive(clip, "the clipping bound C")
-    check_positive(alpha, "alpha")
-    check_delta(reporting_delta, "reporting delta")
     per_iteration = epsilon / (iterations + 1 - inherent_fraction)
     eps_inherent = inherent_fraction * per_iteration
     eps_laplace = per_iteration - eps_inherent
@@ -178,11 +193,12 @@ def hdp_lda_params(
         clip,
         beta,
         2.0 / eps_laplace,
-        float(alpha),
+        alpha,
         reporting_delta,
     )
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def hdp_lda_params_for_run(
     epsilon: float,
     delta: float,

@@ -49,7 +49,16 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
-from fdptm.mechanisms.checks import check_count, check_positive
+from fdptm.mechanisms.constraints import (
+    ITERATIONS,
+    MAX_DOCS_PER_AUTHOR,
+    MAX_TOKENS_PER_DOC,
+    POSITIVE,
+    DatasetUnit,
+    OneOf,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.lda import Corpus, init_counts
 from fdptm.privacy import events
@@ -58,6 +67,19 @@ from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
 VARIANTS = ("zhu", "cdp-lda", "cdp-lda-plus")
+PARAMETER_CONSTRAINTS = {
+    "variant": param(OneOf(VARIANTS), what="the noisy-CGS variant"),
+    "adjacency": param(
+        DatasetUnit((Adjacency.AUTHOR, Adjacency.DOCUMENT)),
+        what="the dataset's unit; zhu is stated for author or document units",
+    ),
+    "iterations": ITERATIONS,
+    "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
+    "max_tokens_per_doc": MAX_TOKENS_PER_DOC,
+    "alpha": param(POSITIVE, what="the document-topic prior"),
+    "beta": param(POSITIVE, what="the topic-word prior"),
+}
+"""Every option of ``noisy_cgs_params`` and what it accepts (``fdptm.mechanisms.constraints``)."""
 REFERENCES = {
     "zhu": "Zhu et al. 2016 (FDPTM paper sec. 4.4, Table 5); unproven: Zhao et al. sec. IV-A",
     "cdp-lda": "Zhao et al., section VII-A (CDP-LDA, ref. [40]); unproven: section IV-A",
@@ -118,6 +140,7 @@ class NoisyCgsParams:
         )
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def noisy_cgs_params(
     epsilon: float,
     delta: float,
@@ -136,21 +159,9 @@ def noisy_cgs_params(
     which the tighter PLD total of ``cdp-lda-plus`` is reported. ``adjacency`` is the
     dataset's unit for ``zhu`` (author or document); the CDP-LDA variants are word level.
     """
-    if variant not in VARIANTS:
-        raise BadInputError(f"unknown noisy-CGS variant {variant!r}; one of {VARIANTS}")
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "reporting delta")
-    for name, value in (
-        ("iterations", iterations),
-        ("max_docs_per_author", max_docs_per_author),
-        ("max_tokens_per_doc", max_tokens_per_doc),
-    ):
-        check_count(value, name)
-    check_positive(alpha, "alpha")
-    check_positive(beta, "beta")
     if variant == "zhu":
-        if adjacency not in (Adjacency.AUTHOR, Adjacency.DOCUMENT):
-            raise BadInputError(f"zhu is stated for author or document units, not {adjacency}")
         per_doc = max_tokens_per_doc
         sensitivity = float(per_doc * (max_docs_per_author if adjacency == Adjacency.AUTHOR else 1))
     else:

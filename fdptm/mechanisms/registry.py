@@ -1,8 +1,9 @@
 """The M2 mechanisms a run can use (``--mechanism NAME``) and how each is called.
 
 Every mechanism is one module that provides an ``Implementation``:
-``params(epsilon, delta, *, ...)`` validates public parameters and calibrates the noise
-(raising ``BadInputError`` before any private data is read) and returns ``M2Params``
+``params(epsilon, delta, *, ...)``, whose keyword parameters are checked against the
+module's declared ``PARAMETER_CONSTRAINTS`` (``fdptm.mechanisms.constraints``: a
+``BadInputError`` before any private data is read), calibrates the noise and returns ``M2Params``
 (``to_dict()`` and ``guarantee()``); ``train(corpus, n_topics, params, noise, *, progress)``
 returns the DP topic-word matrix; an optional ``public_check(params, n_words)`` refuses what
 the public vocabulary size rules out. The registry adds what the pipeline needs to plan a
@@ -14,8 +15,9 @@ refusal stay fast by importing only the mechanism a run uses. Mechanism options
 (``--m2-option key=value``) are the keyword parameters of ``params`` that the pipeline does
 not fill in itself; unknown options are refused.
 
-Adding a mechanism: write its module (``params``, ``train``, their docstrings stating the
-adjacency and the guarantee with the paper's section), a loader below, and one
+Adding a mechanism: write its module (the declared constraints, ``params``, ``train``, their
+docstrings stating the adjacency and the guarantee with the paper's section), a loader below,
+and one
 ``Mechanism(...)`` line in ``MECHANISMS`` (README, "Adding a mechanism").
 """
 
@@ -69,6 +71,7 @@ class Implementation:
 
 
 DEFAULT_MECHANISM = "dp-vi"
+DATASET_UNITS = (Adjacency.AUTHOR, Adjacency.DOCUMENT)
 CONTEXT = ("n_topics", "adjacency", "max_docs_per_author", "max_tokens_per_doc", "iterations")
 
 
@@ -110,6 +113,30 @@ class Mechanism:
             n: self.defaults.get(n, p.default)
             for n, p in sig.parameters.items()
             if p.kind == p.KEYWORD_ONLY and n not in CONTEXT and n not in self.fixed
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """What ``fdptm mechanisms`` lists: the guarantee's notion and adjacency on author
+        and document datasets, and every option with its default and its declaration."""
+        from fdptm.mechanisms.constraints import declared
+
+        constraints = declared(self.implementation.params)
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "notion": self.notion,
+            "uses_delta": self.uses_delta,
+            "adjacency": {u.value: self.adjacency_for(u).value for u in DATASET_UNITS},
+            "options": [
+                {
+                    "name": name,
+                    "default": default,
+                    "what": constraints[name].what,
+                    "accepts": constraints[name].describe(),
+                    "hint": constraints[name].hint,
+                }
+                for name, default in self.options().items()
+            ],
         }
 
     def params(

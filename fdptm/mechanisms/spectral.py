@@ -123,7 +123,18 @@ import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 from fdptm.errors import BadInputError
-from fdptm.mechanisms.checks import check_count, check_fraction
+from fdptm.mechanisms.constraints import (
+    MAX_DOCS_PER_AUTHOR,
+    N_TOPICS,
+    OPEN_FRACTION,
+    POSITIVE,
+    Boolean,
+    DatasetUnit,
+    Integer,
+    OneOf,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.mechanisms.set_union import analytic_gaussian_sigma
@@ -147,6 +158,25 @@ SUPPORTED_ADJACENCY = {
     Adjacency.AUTHOR: Adjacency.AUTHOR_REPLACE,
 }
 MAX_DENSE_VOCABULARY = 20_000
+
+PARAMETER_CONSTRAINTS = {
+    "n_topics": N_TOPICS,
+    "adjacency": param(
+        DatasetUnit(tuple(SUPPORTED_ADJACENCY)),
+        what="spectral LDA's guarantee is then at document-replace or author-replace",
+    ),
+    "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
+    "iterations": param(Integer(0), what="the pipeline's CGS setting, ignored"),
+    "config": param(OneOf(CONFIGS), what="DeCarolis et al.'s noise configuration"),
+    "alpha0": param(POSITIVE, what="the Dirichlet concentration sum"),
+    "procedure_fraction": param(OPEN_FRACTION, what="Procedure 1's share of the budget"),
+    "m2_fraction": param(OPEN_FRACTION, what="the noisy second moment's share of the rest"),
+    "power_iterations": param(Integer(1), what="N of the tensor power method"),
+    "restarts": param(Integer(1), what="L of the tensor power method"),
+    "gaussian_calibration": param(OneOf(CALIBRATIONS), what="the Gaussian noise calibration"),
+    "claimed_unproven": param(Boolean(), what="run configurations 3-4"),
+}
+"""Every option of ``spectral_params`` and what it accepts (``fdptm.mechanisms.constraints``)."""
 _DENSE_EIGH_MAX = 300
 _ROUND_DOWN = 1.0 - 1e-12
 _NOISE_BLOCK = 512
@@ -300,6 +330,7 @@ def _plan(
     return tuple(steps)
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def spectral_params(
     epsilon: float,
     delta: float,
@@ -330,17 +361,6 @@ def spectral_params(
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
-    check_count(n_topics, "n_topics", 1)
-    if adjacency not in SUPPORTED_ADJACENCY:
-        raise BadInputError(
-            f"spectral LDA supports datasets whose unit is the document or the author, not "
-            f"{adjacency!r}; its guarantee is then at document-replace or author-replace"
-        )
-    group = check_count(max_docs_per_author, "max_docs_per_author", 1)
-    if isinstance(config, bool) or config not in CONFIGS:
-        raise BadInputError(f"config must be one of {CONFIGS}, got {config!r}")
-    if not isinstance(claimed_unproven, bool):
-        raise BadInputError(f"claimed_unproven must be true or false, got {claimed_unproven!r}")
     if config in UNPROVEN_CONFIGS and not claimed_unproven:
         raise BadInputError(
             f"config {config} calibrates noise to the tensor power method's sensitivity "
@@ -353,21 +373,9 @@ def spectral_params(
             f"config {config} is proven DP and runs without claimed_unproven; with "
             "claimed_unproven pass config=3 or config=4"
         )
-    if not (isinstance(alpha0, int | float) and not isinstance(alpha0, bool)) or not (
-        math.isfinite(alpha0) and alpha0 > 0
-    ):
-        raise BadInputError(f"alpha0 must be a finite number > 0, got {alpha0!r}")
-    procedure = check_fraction(procedure_fraction, "procedure_fraction")
-    m2 = check_fraction(m2_fraction, "m2_fraction")
-    check_count(power_iterations, "power_iterations", 1)
-    check_count(restarts, "restarts", 1)
-    if gaussian_calibration not in CALIBRATIONS:
-        raise BadInputError(
-            f"gaussian_calibration must be one of {CALIBRATIONS}, got {gaussian_calibration!r}"
-        )
-    group = group if adjacency == Adjacency.AUTHOR else 1
+    group = max_docs_per_author if adjacency == Adjacency.AUTHOR else 1
     doc_eps, doc_delta = invert_group_privacy(epsilon, delta, group)
-    steps = _plan(config, doc_eps, doc_delta, procedure, m2, gaussian_calibration)
+    steps = _plan(config, doc_eps, doc_delta, procedure_fraction, m2_fraction, gaussian_calibration)
     return SpectralParams(
         epsilon=epsilon,
         delta=delta,
@@ -377,9 +385,9 @@ def spectral_params(
         document_delta=doc_delta,
         n_topics=n_topics,
         config=config,
-        alpha0=float(alpha0),
-        procedure_fraction=procedure,
-        m2_fraction=m2,
+        alpha0=alpha0,
+        procedure_fraction=procedure_fraction,
+        m2_fraction=m2_fraction,
         power_iterations=power_iterations,
         restarts=restarts,
         gaussian_calibration=gaussian_calibration,

@@ -144,7 +144,18 @@ from scipy.special import lambertw
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation.matching import match_topics
-from fdptm.mechanisms.checks import check_choice, check_count, check_positive
+from fdptm.mechanisms.constraints import (
+    ITERATIONS,
+    MAX_DOCS_PER_AUTHOR,
+    N_TOPICS,
+    OPEN_FRACTION,
+    POSITIVE,
+    DatasetUnit,
+    Integer,
+    OneOf,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, RANDOM_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus, train_cgs
 from fdptm.mechanisms.set_union import analytic_gaussian_sigma
@@ -158,6 +169,29 @@ TRAINERS = ("cgs", "gensim")
 SAMPLINGS = ("corpus", "bootstrap")
 CALIBRATIONS = ("analytic", "paper")
 SUPPORTED_ADJACENCY = (Adjacency.AUTHOR, Adjacency.DOCUMENT)
+GAMMA = param(
+    OPEN_FRACTION,
+    what="the random-DP confidence",
+    hint="the thesis uses 0.02 to 0.22, 0.1 by default",
+)
+PARAMETER_CONSTRAINTS = {
+    "n_topics": N_TOPICS,
+    "adjacency": param(
+        DatasetUnit(SUPPORTED_ADJACENCY),
+        what="TopicDP is stated for add/remove of one author or one document",
+    ),
+    "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
+    "iterations": ITERATIONS,
+    "variant": param(OneOf(VARIANTS), what="the TopicDP variant"),
+    "gamma": GAMMA,
+    "trainer": param(OneOf(TRAINERS), what="the non-private topic model f"),
+    "sampling": param(OneOf(SAMPLINGS), what="how neighbouring pairs are drawn"),
+    "calibration": param(OneOf(CALIBRATIONS), what="the Gaussian noise calibration"),
+    "alpha": param(POSITIVE, what="the document-topic prior"),
+    "beta": param(POSITIVE, what="the topic-word prior"),
+    "passes": param(Integer(1), what="gensim's passes over the corpus"),
+}
+"""Every option of ``topicdp_params`` and what it accepts (``fdptm.mechanisms.constraints``)."""
 MAX_SAMPLES = 100_000
 _SEED_BOUND = 2**32
 _ROUND_UP = 1e-12
@@ -183,7 +217,7 @@ def sample_size(gamma: float) -> SampleSize:
     by 1e-12 relative so that rounding can only make k larger (more conservative), and k <= h
     since the bracket is at most 1 for that h.
     """
-    gamma = _check_gamma(gamma)
+    gamma = GAMMA.check("gamma", gamma)
     rho = math.exp(float(lambertw(-gamma / (2.0 * math.sqrt(math.e)), k=-1).real) + 0.5)
     log_inv = math.log(1.0 / rho)
     bound = log_inv / (2.0 * (gamma - rho) ** 2)
@@ -196,15 +230,6 @@ def sample_size(gamma: float) -> SampleSize:
     bracket = n_samples * (1.0 - gamma + rho + math.sqrt(log_inv / (2.0 * n_samples)))
     order = min(n_samples, math.ceil(bracket * (1.0 + _ROUND_UP)))
     return SampleSize(gamma, rho, n_samples, order)
-
-
-def _check_gamma(gamma: float) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0 < gamma < 1:
-        raise BadInputError(
-            f"the random-DP confidence gamma must be in the open interval (0, 1), got {gamma!r}"
-            "; the thesis uses 0.02 to 0.22, 0.1 by default"
-        )
-    return float(gamma)
 
 
 @dataclass(frozen=True)
@@ -310,6 +335,7 @@ class TopicDpParams:
         )
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def topicdp_params(
     epsilon: float,
     delta: float,
@@ -337,8 +363,6 @@ def topicdp_params(
     over the corpus. ``alpha`` and ``beta`` are the symmetric Dirichlet priors on the
     document-topic and topic-word distributions (gensim's ``alpha`` and ``eta``).
     """
-    if variant not in VARIANTS:
-        raise BadInputError(f"unknown TopicDP variant {variant!r}; choose one of {VARIANTS}")
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     if variant == "laplace":
         if not isinstance(delta, int | float) or not 0 <= delta < 1:
@@ -346,25 +370,8 @@ def topicdp_params(
         delta = 0.0
     else:
         delta = check_delta(delta, "M2 delta")
-    if adjacency not in SUPPORTED_ADJACENCY:
-        raise BadInputError(
-            f"TopicDP is stated for add/remove of one author or one document, not "
-            f"{getattr(adjacency, 'value', adjacency)!r}"
-        )
-    check_choice(trainer, "trainer", TRAINERS)
-    check_choice(sampling, "sampling", SAMPLINGS)
-    check_choice(calibration, "calibration", CALIBRATIONS)
-    for name, value in (
-        ("n_topics", n_topics),
-        ("iterations", iterations),
-        ("max_docs_per_author", max_docs_per_author),
-        ("passes", passes),
-    ):
-        check_count(value, name)
-    check_positive(alpha, "alpha")
-    check_positive(beta, "beta")
     sampled = variant != "laplace"
-    size = sample_size(gamma) if sampled else SampleSize(_check_gamma(gamma), 0.0, 0, 0)
+    size = sample_size(gamma) if sampled else SampleSize(gamma, 0.0, 0, 0)
     multiplier = None
     if variant == "gaussian" and calibration == "analytic":
         multiplier = analytic_gaussian_sigma(epsilon, delta, 1.0)
@@ -376,8 +383,8 @@ def topicdp_params(
         n_topics=n_topics,
         iterations=iterations,
         trainer=trainer,
-        alpha=float(alpha),
-        beta=float(beta),
+        alpha=alpha,
+        beta=beta,
         passes=passes,
         gamma=size.gamma if sampled else 0.0,
         sampling=sampling,

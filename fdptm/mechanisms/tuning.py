@@ -84,7 +84,17 @@ import numpy as np
 from fdptm.errors import BadInputError
 from fdptm.evaluation.metrics import completion_logliks
 from fdptm.mechanisms import dp_vi
-from fdptm.mechanisms.checks import is_real
+from fdptm.mechanisms.constraints import (
+    NON_NEGATIVE,
+    OPEN_FRACTION,
+    POSITIVE,
+    Integer,
+    ListOf,
+    OneOf,
+    Real,
+    param,
+    validate_params,
+)
 from fdptm.mechanisms.dp_vi import PRIVATE_CLIP, DpViParams
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus, subset
@@ -100,6 +110,37 @@ _DP_VI = {
     if p.default is not p.empty
 }
 """dp-vi's option defaults, the one source of the trials' defaults."""
+
+PARAMETER_CONSTRAINTS = {
+    **{
+        name: dp_vi.PARAMETER_CONSTRAINTS[name]
+        for name in (
+            "n_topics",
+            "adjacency",
+            "max_docs_per_author",
+            "clip_quantile",
+            "clip_share",
+            "eta",
+            "alpha",
+            "local_iterations",
+            "local_tolerance",
+            "step_decay",
+            "step_offset",
+            "prior_weight",
+        )
+    },
+    "tune_iterations": param(ListOf((Integer(1),)), what="the grid of dp-vi iterations"),
+    "tune_thresholds": param(ListOf((NON_NEGATIVE,)), what="the grid of dp-vi thresholds"),
+    "tune_clips": param(
+        ListOf((POSITIVE, OneOf((PRIVATE_CLIP,)))), what="the grid of dp-vi clipping norms"
+    ),
+    "mean_trials": param(
+        Real(1.0, closed="left"), what="the mean of the geometric number of trials"
+    ),
+    "holdout": param(OPEN_FRACTION, what="the probability a unit is held out for scoring"),
+}
+"""Every option of ``tuned_dp_vi_params`` and what it accepts: dp-vi's declarations for
+the options every trial shares (``fdptm.mechanisms.constraints``)."""
 
 SHAPE = 1.0
 """Geometric K (Papernot & Steinke's eta = 1)."""
@@ -167,6 +208,7 @@ class TunedParams:
         )
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def tuned_dp_vi_params(
     epsilon: float,
     delta: float,
@@ -195,23 +237,8 @@ def tuned_dp_vi_params(
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
-    if not is_real(mean_trials) or mean_trials < 1:
-        raise BadInputError(
-            f"mean_trials (the mean of the geometric number of trials) must be >= 1, got "
-            f"{mean_trials!r}"
-        )
-    if not is_real(holdout) or not 0.0 < holdout < 1.0:
-        raise BadInputError(
-            f"holdout (the probability a unit is held out for scoring) must lie strictly "
-            f"between 0 and 1, got {holdout!r}"
-        )
-    grid = [
-        (t, thr, c)
-        for t in _grid(tune_iterations, "tune_iterations", int)
-        for thr in _grid(tune_thresholds, "tune_thresholds", float)
-        for c in _grid(tune_clips, "tune_clips", _clip)
-    ]
-    rho = trial_rho(epsilon, delta, float(mean_trials))
+    grid = [(t, thr, c) for t in tune_iterations for thr in tune_thresholds for c in tune_clips]
+    rho = trial_rho(epsilon, delta, mean_trials)
     trial_epsilon = events.epsilon_of(events.zcdp(rho), delta, "rdp")
     configs = tuple(
         dp_vi.dp_vi_params(
@@ -282,25 +309,6 @@ def trial_rho(epsilon: float, delta: float, mean_trials: float) -> float:
         else:
             hi = mid
     return lo
-
-
-def _clip(text: str) -> float | str:
-    return text if text == PRIVATE_CLIP else float(text)
-
-
-def _grid(value: str | float, name: str, cast: Callable[[str], object]) -> list:
-    """A comma-separated option as a list of distinct values, in the order given."""
-    items = [v.strip() for v in str(value).split(",") if v.strip()]
-    try:
-        values = [cast(v) for v in items]
-    except ValueError:
-        values = []
-    if not values or len(set(values)) != len(values):
-        raise BadInputError(
-            f"{name} must be a comma-separated list of distinct values, got {value!r} "
-            "(e.g. tune_iterations=20,50,100, tune_thresholds=1,2, tune_clips=2,private)"
-        )
-    return values
 
 
 def train_tuned_dp_vi(
