@@ -46,8 +46,6 @@ from fdptm.audit.shadows import (
 )
 from fdptm.audit.utility import utility
 from fdptm.errors import BadInputError, FdptmError
-from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
-from fdptm.mechanisms.set_union import SetUnionParams
 from fdptm.privacy.accountant import plan_budget
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
@@ -61,7 +59,7 @@ from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
 from fdptm.tasks.stages import prior_counts, public_vocabulary
-from fdptm.tasks.vocabulary import choose_words
+from fdptm.tasks.vocabulary import M1Params, choose_words
 
 MODES = ("online", "offline")
 LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
@@ -127,7 +125,7 @@ class AuditPlan:
 
     spec: AuditSpec
     run: RunSpec
-    m1: SetUnionParams | BayesianPriorParams | None
+    m1: M1Params | None
     m2: Any
     bounded_path: str
     bounded_sha256: str
@@ -222,10 +220,9 @@ def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelSco
     run = plan.run
 
     def own_vocabulary(table, noise):
-        words, _ = choose_words(
+        return choose_words(
             run.vocabulary_selection, table, plan.public, plan.m1, run.vocabulary_size, noise
-        )
-        return words
+        ).words
 
     def trainer(words):
         extra = {}

@@ -34,10 +34,9 @@ from typing import Any, TypeVar
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
-from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.registry import mechanism
-from fdptm.mechanisms.set_union import POLICIES, SetUnionParams
+from fdptm.mechanisms.set_union import POLICIES
 from fdptm.privacy.accountant import (
     BudgetPlan,
     check_delta,
@@ -56,6 +55,7 @@ from fdptm.tasks import public_vocabulary
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.spec import RunSpec
+from fdptm.tasks.vocabulary import M1Params
 from fdptm.version import code_version
 
 T = TypeVar("T")
@@ -114,7 +114,7 @@ class Calibration:
     delta: float
     unit: Adjacency
     plan: BudgetPlan
-    m1: SetUnionParams | BayesianPriorParams | None
+    m1: M1Params | None
     m2: Any
     guarantee: Guarantee
     bounding_seed: int
@@ -125,9 +125,7 @@ class Calibration:
 
 
 @lru_cache(maxsize=32)
-def _calibrated(
-    key: str, unit: str
-) -> tuple[BudgetPlan, SetUnionParams | BayesianPriorParams | None, Any, Guarantee]:
+def _calibrated(key: str, unit: str) -> tuple[BudgetPlan, M1Params | None, Any, Guarantee]:
     spec = decode(json.loads(key))
     unit = Adjacency(unit)
     docs_are_units = unit == Adjacency.DOCUMENT

@@ -12,16 +12,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fdptm.mechanisms import bayesian_prior
-from fdptm.mechanisms.bayesian_prior import BayesianPriorParams
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
 from fdptm.mechanisms.registry import Mechanism, mechanism, tuned
-from fdptm.mechanisms.set_union import SetUnionParams, set_union_params
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.request import ReleaseRequest, default
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
+from fdptm.tasks.vocabulary import M1_MECHANISMS, M1Params, VocabularyMechanism
 
 STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3, "prior": 4}
 
@@ -132,35 +130,18 @@ class RunSpec:
         ]
 
     @property
+    def m1(self) -> VocabularyMechanism:
+        """The run's M1 mechanism; only for a run with a vocabulary stage."""
+        return M1_MECHANISMS[self.vocabulary_selection]
+
+    @property
     def m1_mechanism(self) -> str:
-        """M1's ledger name: the Bayesian public prior over a public vocabulary, else set union."""
-        if self.vocabulary_selection == "bayesian-prior":
-            return "bayesian-public-prior"
-        return f"dp-set-union/{self.set_union_policy}"
+        """M1's ledger name."""
+        return self.m1.ledger_name(self)
 
-    def m1_params(self, epsilon: float, delta: float) -> SetUnionParams | BayesianPriorParams:
-        """M1's calibrated parameters for its native budget.
-
-        The Bayesian public prior clamps a unit's count of a word to ``prior_clip`` (C; the
-        paper's choice below a million users, section 4.3), keeps at most
-        ``max_items_per_author`` words per unit (W) and weights words by eq. 5 with
-        S = ``prior_scale``.
-        """
-        if self.vocabulary_selection == "bayesian-prior":
-            return bayesian_prior.calibrate(
-                epsilon,
-                delta,
-                scale=self.prior_scale,
-                clip=self.prior_clip,
-                max_words=self.max_items_per_author,
-            )
-        return set_union_params(
-            self.set_union_policy,
-            epsilon,
-            delta,
-            alpha=self.set_union_alpha,
-            max_items=self.max_items_per_author,
-        )
+    def m1_params(self, epsilon: float, delta: float) -> M1Params:
+        """M1's calibrated parameters for its native budget."""
+        return self.m1.params(self, epsilon, delta)
 
     def m2_params(self, epsilon: float, delta: float, unit: Adjacency) -> Any:
         """M2's calibrated parameters for its native budget, on a dataset of ``unit``.

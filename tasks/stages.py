@@ -36,7 +36,7 @@ from fdptm.tasks.public_vocabulary import PublicVocabulary
 from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
-from fdptm.tasks.vocabulary import choose_words, vocabulary_table
+from fdptm.tasks.vocabulary import vocabulary_table
 
 RELEASED_KEY = "fdptm.released"
 
@@ -181,18 +181,11 @@ def vocabulary(spec: RunSpec, bounded: dict) -> dict:
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    words, chosen = choose_words(
-        spec.vocabulary_selection,
-        load(spec, bounded),
-        public,
-        params,
-        spec.vocabulary_size,
-        noise,
-    )
-    if chosen is not None:
-        prior = pa.table({"word": chosen.words, "probability": chosen.prior})
+    chosen = spec.m1.select(load(spec, bounded), public, params, spec.vocabulary_size, noise)
+    if chosen.prior is not None:
+        prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")
-    return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
+    return _save(spec, "vocabulary", "vocabulary", vocabulary_table(chosen.words), "public")
 
 
 def public_vocabulary(spec: RunSpec) -> PublicVocabulary:

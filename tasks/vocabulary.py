@@ -1,5 +1,11 @@
 """M1 stage: DP vocabulary selection over the bounded tokens (FDPTM Algorithm 1, line 3).
 
+Every M1 mechanism meets one contract, ``VocabularyMechanism`` (a ``typing.Protocol``):
+its ledger name, ``params`` (calibrated for the stage's budget from the run's request,
+checked against the mechanism module's declared constraints) and ``select`` (the DP
+vocabulary, and for the Bayesian prior its DP distribution). ``M1_MECHANISMS`` maps the
+request's ``--m1`` choice to it; ``none`` is no M1 (no private token read, no charge).
+
 Two ways, by the run's vocabulary source:
 
 * No public vocabulary: each author's distinct words (vectorised: flatten, dictionary-encode,
@@ -18,6 +24,7 @@ Bayesian path the DP distribution; no count or order that depends on the data ot
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -25,9 +32,12 @@ import pyarrow.compute as pc
 
 from fdptm.mechanisms import bayesian_prior
 from fdptm.mechanisms.bayesian_prior import BayesianPriorParams, UnitCounts
-from fdptm.mechanisms.set_union import SetUnionParams, author_items, select
+from fdptm.mechanisms.set_union import SetUnionParams, author_items, select, set_union_params
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.public_vocabulary import PublicVocabulary
+
+if TYPE_CHECKING:
+    from fdptm.tasks.spec import RunSpec
 
 
 def select_vocabulary(
@@ -103,29 +113,152 @@ def select_with_public_prior(
     return PriorSelection([public.words[i] for i in keep], prior, rho)
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What M1 releases: the vocabulary (sorted) and, for the Bayesian prior, its DP
+    distribution over it."""
+
+    words: list[str]
+    prior: PriorSelection | None = None
+
+
+class M1Params(Protocol):
+    """Calibrated parameters of one M1 run: public functions of the request."""
+
+    epsilon: float
+    delta: float
+
+    def to_dict(self) -> dict: ...
+
+
+class VocabularyMechanism(Protocol):
+    """An M1 mechanism: DP vocabulary selection at add/remove of one unit (author, or
+    document when documents are the units)."""
+
+    name: str
+
+    def ledger_name(self, spec: RunSpec) -> str:
+        """The mechanism as the ledger and the manifest name it."""
+        ...
+
+    def params(self, spec: RunSpec, epsilon: float, delta: float) -> M1Params:
+        """Calibrated for (epsilon, delta); BadInputError before any data is read."""
+        ...
+
+    def select(
+        self,
+        tokens: pa.Table,
+        public: PublicVocabulary | None,
+        params: M1Params,
+        size: int,
+        noise: NoiseSource,
+    ) -> Selection:
+        """The DP vocabulary of the bounded ``tokens``."""
+        ...
+
+
+@dataclass(frozen=True)
+class SetUnion:
+    """DP set union of the private words (``fdptm.mechanisms.set_union``)."""
+
+    name: str = "set-union"
+
+    def ledger_name(self, spec: RunSpec) -> str:
+        return f"dp-set-union/{spec.set_union_policy}"
+
+    def params(self, spec: RunSpec, epsilon: float, delta: float) -> SetUnionParams:
+        return set_union_params(
+            spec.set_union_policy,
+            epsilon,
+            delta,
+            alpha=spec.set_union_alpha,
+            max_items=spec.max_items_per_author,
+        )
+
+    def select(
+        self,
+        tokens: pa.Table,
+        public: PublicVocabulary | None,
+        params: SetUnionParams,
+        size: int,
+        noise: NoiseSource,
+    ) -> Selection:
+        return Selection(select_vocabulary(tokens, params, noise))
+
+
+@dataclass(frozen=True)
+class Extend(SetUnion):
+    """A public list's ``size`` most frequent words plus the private words beyond them that
+    DP set union selects (dropping the listed words from every unit is a per-unit map)."""
+
+    name: str = "extend"
+
+    def select(
+        self,
+        tokens: pa.Table,
+        public: PublicVocabulary | None,
+        params: SetUnionParams,
+        size: int,
+        noise: NoiseSource,
+    ) -> Selection:
+        listed = public.most_frequent(size)
+        beyond = select_vocabulary(tokens, params, noise, exclude=frozenset(listed))
+        return Selection(sorted(set(listed) | set(beyond)))
+
+
+@dataclass(frozen=True)
+class BayesianPrior:
+    """The Bayesian public prior over a public vocabulary (``fdptm.mechanisms.bayesian_prior``):
+    a unit's count of a word clamped to ``prior_clip`` (C; the paper's choice below a million
+    users, section 4.3), at most ``max_items_per_author`` words per unit (W), words weighted
+    by eq. 5 with S = ``prior_scale``."""
+
+    name: str = "bayesian-prior"
+
+    def ledger_name(self, spec: RunSpec) -> str:
+        return "bayesian-public-prior"
+
+    def params(self, spec: RunSpec, epsilon: float, delta: float) -> BayesianPriorParams:
+        return bayesian_prior.calibrate(
+            epsilon,
+            delta,
+            scale=spec.prior_scale,
+            clip=spec.prior_clip,
+            max_words=spec.max_items_per_author,
+        )
+
+    def select(
+        self,
+        tokens: pa.Table,
+        public: PublicVocabulary | None,
+        params: BayesianPriorParams,
+        size: int,
+        noise: NoiseSource,
+    ) -> Selection:
+        chosen = select_with_public_prior(tokens, public, params, size, noise)
+        return Selection(chosen.words, chosen)
+
+
+M1_MECHANISMS: dict[str, VocabularyMechanism] = {
+    m.name: m for m in (SetUnion(), Extend(), BayesianPrior())
+}
+"""The M1 mechanisms by the request's ``m1`` (``none``, no M1, is not one)."""
+
+
 def choose_words(
     selection: str,
     tokens: pa.Table,
     public: PublicVocabulary | None,
-    params: SetUnionParams | BayesianPriorParams | None,
+    params: M1Params | None,
     size: int,
     noise: NoiseSource,
-) -> tuple[list[str], PriorSelection | None]:
-    """The vocabulary of ``selection`` (``RunSpec.vocabulary_selection``) and, for
-    ``bayesian-prior``, its DP selection. ``none`` reads no private token: the public
-    list's ``size`` most frequent words. ``extend``: those plus the private words DP set
-    union selects beyond them. ``set-union``: DP set union of the private words.
-    """
+) -> Selection:
+    """The vocabulary of ``selection`` (``RunSpec.vocabulary_selection``): ``none`` reads no
+    private token (the public list's ``size`` most frequent words), any other is the M1
+    mechanism of that name."""
     if selection == "none":
-        return public.most_frequent(size), None
-    if selection == "bayesian-prior":
-        chosen = select_with_public_prior(tokens, public, params, size, noise)
-        return chosen.words, chosen
-    if selection == "extend":
-        listed = public.most_frequent(size)
-        beyond = select_vocabulary(tokens, params, noise, exclude=frozenset(listed))
-        return sorted(set(listed) | set(beyond)), None
-    return select_vocabulary(tokens, params, noise), None
+        return Selection(public.most_frequent(size))
+    return M1_MECHANISMS[selection].select(tokens, public, params, size, noise)
 
 
 def vocabulary_table(words: list[str]) -> pa.Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -141,3 +142,27 @@ def test_cli_lists_mechanisms_with_their_declared_options(capsys):
     }
     assert cli.main(["mechanisms"]) == 0
     assert "--m2-option sampling_rate=1.0: Poisson sampling probability" in capsys.readouterr().out
+
+
+def test_m1_mechanisms_meet_the_contract_and_refuse_by_their_declarations():
+    from fdptm.mechanisms import bayesian_prior, set_union
+    from fdptm.tasks.spec import RunSpec
+    from fdptm.tasks.vocabulary import M1_MECHANISMS
+
+    assert set(M1_MECHANISMS) == {"set-union", "extend", "bayesian-prior"}
+    spec = RunSpec("r", "w", "d", 2.0, 1e-5, 3, vocabulary="wordfreq:en:100")
+    names = {name: m.ledger_name(spec) for name, m in M1_MECHANISMS.items()}
+    assert names == {
+        "set-union": "dp-set-union/weighted",
+        "extend": "dp-set-union/weighted",
+        "bayesian-prior": "bayesian-public-prior",
+    }
+    for m in M1_MECHANISMS.values():
+        params = m.params(spec, 1.0, 1e-6)
+        assert (params.epsilon, params.delta) == (1.0, 1e-6)
+    with pytest.raises(BadInputError, match=r"^policy .* must be one of 'weighted'"):
+        set_union.set_union_params("nope", 1.0, 1e-6)
+    with pytest.raises(BadInputError, match=r"^max_items \(Delta0"):
+        M1_MECHANISMS["set-union"].params(replace(spec, max_items_per_author=0), 1.0, 1e-6)
+    with pytest.raises(BadInputError, match=r"^clip \(C, "):
+        bayesian_prior.calibrate(1.0, 1e-6, scale=0.1, clip=0, max_words=5)

@@ -78,6 +78,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from fdptm.errors import BadInputError
+from fdptm.mechanisms.constraints import POSITIVE, Integer, param, validate_params
 from fdptm.mechanisms.set_union import analytic_gaussian_sigma
 from fdptm.privacy.noise import NoiseSource
 
@@ -125,12 +126,19 @@ def per_word_bound(scale: float, clip: int) -> float:
     return float(bound.max())
 
 
+PARAMETER_CONSTRAINTS = {
+    "scale": param(POSITIVE, what="S of eq. 5"),
+    "clip": param(Integer(1), what="C, the most a unit adds to one word's count"),
+    "max_words": param(Integer(1), what="W, the distinct words kept per unit"),
+}
+"""What ``calibrate`` accepts (``fdptm.mechanisms.constraints``)."""
+
+
+@validate_params(PARAMETER_CONSTRAINTS)
 def calibrate(
     epsilon: float, delta: float, *, scale: float, clip: int, max_words: int
 ) -> BayesianPriorParams:
     """Noise for (epsilon, delta)-DP at add/remove-one-unit adjacency (analytic Gaussian)."""
-    if max_words < 1:
-        raise BadInputError(f"the words kept per unit must be >= 1, got {max_words!r}")
     per_word = per_word_bound(scale, clip)
     sensitivity = math.sqrt(max_words) * per_word
     sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)

@@ -50,12 +50,18 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from fdptm.errors import BadInputError
 from fdptm.kernels import set_union as kernels
+from fdptm.mechanisms.constraints import POSITIVE, Integer, OneOf, param, validate_params
 from fdptm.privacy.noise import NoiseSource
 
 POLICIES = ("weighted", "policy-laplace", "policy-gaussian")
 MAX_LAPLACE_DELTA = 0.5
+PARAMETER_CONSTRAINTS = {
+    "policy": param(OneOf(POLICIES), what="the set-union policy"),
+    "alpha": param(POSITIVE, what="the cut-off's margin above the threshold"),
+    "max_items": param(Integer(1), what="Delta0, the distinct words kept per author"),
+}
+"""What ``set_union_params`` accepts (``fdptm.mechanisms.constraints``)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     return sigma
 
 
+@validate_params(PARAMETER_CONSTRAINTS)
 def set_union_params(
     policy: str, epsilon: float, delta: float, *, alpha: float = 3.0, max_items: int = 50
 ) -> SetUnionParams:
@@ -138,10 +145,6 @@ def set_union_params(
     share of delta is capped at 1/2 (``MAX_LAPLACE_DELTA``): the mechanism uses, and its
     params state, less delta than it was given, never an unproven threshold.
     """
-    if policy not in POLICIES:
-        raise BadInputError(f"unknown set-union policy {policy!r}; choose one of {POLICIES}")
-    if max_items < 1:
-        raise BadInputError(f"max_items (Delta0) must be >= 1, got {max_items}")
     if policy in ("weighted", "policy-laplace"):
         delta = min(delta, MAX_LAPLACE_DELTA)
         threshold = weighted_threshold if policy == "weighted" else laplace_threshold
