@@ -1,5 +1,5 @@
 """The ``fdptm`` command line: demo, ingest, release, compare, audit, report, recover,
-mechanisms, budget.
+partitions, mechanisms, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
 says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
@@ -170,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--dataset", help="only this dataset's runs")
     workspace(rec)
 
+    parts = sub.add_parser(
+        "partitions",
+        help="a dataset's batches and time windows with their document counts (internal)",
+    )
+    parts.add_argument("--dataset", required=True)
+    parts.add_argument("--by", choices=["day", "week", "month"], default="day")
+    parts.add_argument("--json", action="store_true")
+    workspace(parts)
+
     mech = sub.add_parser(
         "mechanisms", help="list the M2 mechanisms, their guarantees and their options"
     )
@@ -210,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             "recover": cmd_recover,
             "budget": cmd_budget,
             "mechanisms": cmd_mechanisms,
+            "partitions": cmd_partitions,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -551,6 +561,31 @@ def cmd_recover(args: argparse.Namespace) -> int:
             f"{r.spent} spent entr(y/ies) kept"
             + (f"; resume with `fdptm release --resume {r.run_id}`" if r.spent else "")
         )
+    return 0
+
+
+def cmd_partitions(args: argparse.Namespace) -> int:
+    from fdptm.storage.catalog import Catalog
+    from fdptm.storage.partitions import atoms
+    from fdptm.storage.workspace import Workspace, check_name
+
+    check_name(args.dataset)
+    workspace = Workspace.resolve(args.workspace).require()
+    catalog = Catalog(workspace)
+    if catalog.dataset(args.dataset) is None:
+        raise BadInputError(f"no dataset named {args.dataset!r}; ingest it first")
+    rows = atoms(workspace.root, catalog.batches(args.dataset), args.by)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(
+        f"dataset {args.dataset!r}: documents per batch and {args.by} (internal counts: "
+        "never publish them)"
+    )
+    print(f"{'batch':>5}  {'since':<10}  {'until':<10}  documents")
+    for r in rows:
+        since = r["since"] or "(no times)"
+        print(f"{r['batch']:>5}  {since:<10}  {r['until'] or '':<10}  {r['documents']}")
     return 0
 
 

@@ -15,6 +15,7 @@ lifetime cap) are in ``fdptm.tasks.run.preflight``.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import math
 import types
 import typing
@@ -34,6 +35,7 @@ from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, pars
 
 SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
+LastWindow = Literal["last-day", "last-week", "last-month"]
 
 
 class ReleaseRequest(BaseModel):
@@ -104,6 +106,24 @@ class ReleaseRequest(BaseModel):
     releases_left: int | None = Field(
         None, ge=1, description="adaptive budget: use at most (what the cap has left) / N"
     )
+    batches: str | None = Field(
+        None,
+        description="read only these ingestion batches: a range 3..5 or a list 1,3,7 "
+        "(`fdptm partitions` lists them; default: every batch ingested so far)",
+    )
+    since: dt.date | None = Field(
+        None,
+        description="read only documents timestamped on or after this UTC day (YYYY-MM-DD; "
+        "with --until)",
+    )
+    until: dt.date | None = Field(
+        None, description="read only documents timestamped before this UTC day (with --since)"
+    )
+    window: LastWindow | None = Field(
+        None,
+        description="read only the newest calendar window that has ended when the run starts "
+        "(last-week: Monday to Sunday, UTC), as a schedule does",
+    )
     baseline: bool = Field(
         False,
         strict=True,
@@ -162,6 +182,27 @@ class ReleaseRequest(BaseModel):
             return check_source(value)
         except Refused as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("batches")
+    @classmethod
+    def _batch_numbers(cls, value: str | None) -> str | None:
+        from fdptm.storage.partitions import parse_batches
+
+        try:
+            parse_batches(value)
+        except BadInputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_time_range(self) -> ReleaseRequest:
+        if (self.since is None) != (self.until is None):
+            raise ValueError("--since and --until go together: a window is [since, until)")
+        if self.since is not None and not self.since < self.until:
+            raise ValueError(f"--since {self.since} must be before --until {self.until}")
+        if self.window is not None and self.since is not None:
+            raise ValueError("--window and --since/--until both choose the days: give one")
+        return self
 
     @model_validator(mode="after")
     def _tune_has_a_tuned_form(self) -> ReleaseRequest:

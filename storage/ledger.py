@@ -37,13 +37,44 @@ a dataset free of charge, as its vocabulary or prior. A private dataset never pa
 Entries are stored in each mechanism's own adjacency. Totals are composed at a chosen unit
 with ``fdptm.privacy.accountant.compose``, converting explicitly (and refusing entries that
 are weaker than the unit: a word-level spend has no author-level bound).
+
+Parallel composition. Every entry records its run's scope (``storage.partitions.Scope``:
+the batches and days it read; an entry from before scopes were recorded reads everything).
+At a unit whose neighbours differ inside one atom, the total is the maximum over atoms of
+the sequential composition of the entries whose scope covers that atom:
+
+    Let D and D' differ by one unit x (add/remove at the total's unit), and let x lie in
+    atom a. A run j reads only D restricted to its scope S_j, and applies contribution
+    bounding and every mechanism to that restriction. If a is not in S_j, run j reads the
+    same data on D and D' and its output distribution is the same, whatever earlier
+    outputs chose its parameters; if a is in S_j, run j is (eps_j, delta_j)-DP in x. By
+    adaptive sequential composition over the runs whose scope covers a, the whole ledger
+    is (sum over those eps_j, sum over those delta_j)-DP for this pair; the worst pair is
+    the worst atom. Atoms are taken from the scopes alone (every atom a scope covers,
+    with or without documents), so the total depends on no private fact.
+
+This needs x to lie in one atom, for every neighbour the unit allows:
+
+- a document (document-level datasets, and the document level of author datasets): it
+  has one batch and one timestamp, so one atom (ingest refuses a doc id seen in an
+  earlier batch). Contribution bounding runs inside each run's scope, so adding a
+  document can only evict documents a run covering its atom reads.
+- an author of an author-level dataset writes in many batches and weeks: their atoms are
+  not disjoint, so the author level composes sequentially (every entry counts).
+- replace notions (``*-replace``) move x from one atom to another (and a replace-DP run
+  that sees only the removal has no guarantee), and word-level spends are never stated
+  at these units: both compose sequentially.
+
+Random-DP notions are combined over every entry, whatever their scopes (conservative).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 
 from fdptm.errors import BadInputError, BudgetRefusedError, FdptmError
@@ -59,6 +90,7 @@ from fdptm.privacy.accountant import (
 )
 from fdptm.privacy.adjacency import Adjacency, converts_to
 from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.partitions import Scope
 
 ACTIVE = ("reserved", "spent")
 
@@ -85,6 +117,112 @@ def _spends(rows: list[dict[str, Any]]) -> list[tuple[float, float, Adjacency]]:
 
 def _notions(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     return [(r["notion"], r["gamma"]) for r in rows]
+
+
+def _scopes(rows: list[dict[str, Any]]) -> list[Scope | None]:
+    return [None if r.get("scope") is None else Scope.from_dict(_json(r["scope"])) for r in rows]
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def parallel_at(unit: Adjacency, *, authors_are_documents: bool) -> bool:
+    """Whether totals at ``unit`` may compose in parallel over atoms (module docstring):
+    add/remove of a document, which is the author level too when authors are documents."""
+    return unit == Adjacency.DOCUMENT or (unit == Adjacency.AUTHOR and authors_are_documents)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A set of atoms every scope covers alike: one batch (None: any batch no scope names)
+    and a day interval [low, high) (None ends: unbounded), or the untimed rows."""
+
+    batch: int | None
+    low: int | None
+    high: int | None
+    untimed: bool = False
+
+    def covered_by(self, scope: Scope | None) -> bool:
+        if scope is None:
+            return True
+        if self.batch is None or self.batch not in scope.batches:
+            return False
+        days = scope.day_range()
+        if days is None:
+            return True
+        if self.untimed:
+            return False
+        day = self.low if self.low is not None else days[0] - 1
+        return days[0] <= day < days[1]
+
+
+def cells(scopes: list[Scope | None], within: Scope | None = None) -> list[Cell]:
+    """Cells that together hold every atom, each covered alike by every scope (split at
+    every scope's batches and day ends); only the cells inside ``within`` when given."""
+    split = [s for s in [*scopes, within] if s is not None]
+    batches = sorted({b for s in split for b in s.batches})
+    points = sorted({d for s in split if s.windowed for d in s.day_range()})
+    bounds = [None, *points, None]
+    out = [Cell(b, low, high) for b in [*batches, None] for low, high in pairwise(bounds)] + [
+        Cell(b, None, None, untimed=True) for b in [*batches, None]
+    ]
+    return out if within is None else [c for c in out if c.covered_by(within)]
+
+
+def compose_over_atoms(
+    rows: list[dict[str, Any]],
+    unit: Adjacency,
+    *,
+    authors_are_documents: bool,
+    extra: list[tuple[float, float, Adjacency, str, float, Scope | None]] = (),
+    within: Scope | None = None,
+) -> Composition:
+    """The ledger's total at ``unit`` of ``rows`` (and ``extra`` spends), composed in
+    parallel over atoms where ``parallel_at`` allows it, else sequentially; ``within``
+    limits the maximum to the atoms of one scope (what a run over it has left).
+
+    Raises ValueError when an entry cannot be stated at ``unit``.
+    """
+    whole, eps, delta = _atom_totals(
+        rows, unit, authors_are_documents=authors_are_documents, extra=extra, within=within
+    )
+    if not parallel_at(unit, authors_are_documents=authors_are_documents):
+        return whole
+    return replace(
+        whole, epsilon=float(eps), delta=float(delta), accountant=f"{whole.accountant}; {PARALLEL}"
+    )
+
+
+def _atom_totals(
+    rows: list[dict[str, Any]],
+    unit: Adjacency,
+    *,
+    authors_are_documents: bool,
+    extra: list[tuple[float, float, Adjacency, str, float, Scope | None]] = (),
+    within: Scope | None = None,
+) -> tuple[Composition, Decimal, Decimal]:
+    """The sequential composition of everything, and the exact (epsilon, delta) total
+    ``compose_over_atoms`` states (the maximum over atoms, or the sequential sum)."""
+    spends = _spends(rows) + [(e, d, a) for e, d, a, *_ in extra]
+    notions = _notions(rows) + [(n, g) for *_, n, g, _ in extra]
+    scopes = _scopes(rows) + [s for *_, s in extra]
+    whole = compose(spends, unit, authors_are_documents=authors_are_documents, notions=notions)
+    if not parallel_at(unit, authors_are_documents=authors_are_documents):
+        return (
+            whole,
+            exact_sum(c.epsilon_out for c in whole.conversions),
+            exact_sum(c.delta_out for c in whole.conversions),
+        )
+    best_eps = best_delta = Decimal(0)
+    for cell in cells(scopes, within):
+        chosen = [c for c, s in zip(whole.conversions, scopes, strict=True) if cell.covered_by(s)]
+        best_eps = max(best_eps, exact_sum(c.epsilon_out for c in chosen))
+        best_delta = max(best_delta, exact_sum(c.delta_out for c in chosen))
+    return whole, best_eps, best_delta
+
+
+PARALLEL = "parallel composition over the partitions (the most any one atom has spent)"
 
 
 def _new_notions(stages, accounting: dict[str, dict]) -> list[tuple[str, float]]:
@@ -168,28 +306,31 @@ class Ledger:
             r for r in self.entries(dataset) if r["state"] == "spent" and "/lost-" not in r["stage"]
         ]
         authors = self.authors_are_documents(dataset)
-        out = []
-        for i in range(1, len(runs) + 1):
-            chosen = [r for r in rows if r["run_id"] in runs[:i]]
-            out.append(
-                compose(
-                    _spends(chosen),
-                    unit,
-                    authors_are_documents=authors,
-                    notions=_notions(chosen),
-                )
+        return [
+            compose_over_atoms(
+                [r for r in rows if r["run_id"] in runs[:i]], unit, authors_are_documents=authors
             )
-        return out
+            for i in range(1, len(runs) + 1)
+        ]
 
-    def lifetime(self, dataset: str, unit: Adjacency) -> Composition:
-        """Composition of every reserved or spent entry of ``dataset`` at ``unit``."""
+    def lifetime(self, dataset: str, unit: Adjacency, within: Scope | None = None) -> Composition:
+        """Composition of every reserved or spent entry of ``dataset`` at ``unit``, in
+        parallel over atoms where the unit allows (module docstring); ``within``: the most
+        any atom of that scope has spent."""
         rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
-        return compose(
-            _spends(rows),
-            unit,
-            authors_are_documents=self.authors_are_documents(dataset),
-            notions=_notions(rows),
+        return compose_over_atoms(
+            rows, unit, authors_are_documents=self.authors_are_documents(dataset), within=within
         )
+
+    def spent(
+        self, dataset: str, unit: Adjacency, within: Scope | None = None
+    ) -> tuple[Decimal, Decimal]:
+        """``lifetime``'s (epsilon, delta) as exact decimals, for arithmetic on the cap."""
+        rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+        _, eps, delta = _atom_totals(
+            rows, unit, authors_are_documents=self.authors_are_documents(dataset), within=within
+        )
+        return eps, delta
 
     def reserve(
         self,
@@ -197,22 +338,28 @@ class Ledger:
         run_id: str,
         plan: BudgetPlan,
         accounting: dict[str, dict] | None = None,
+        scope: Scope | None = None,
     ) -> dict[str, str]:
         """Atomically check the cap and reserve every stage of ``plan``; entry id per stage.
 
         ``accounting`` maps a stage to its mechanism's guarantee record (notion, gamma,
         accountant, DpEvent-like event), stored with the entry so that an audit can
-        recompute the stage's spend.
+        recompute the stage's spend. ``scope``: the partitions the run reads (None: all
+        of them, now and later).
         """
         accounting = accounting or {}
         ids = {s.stage: uuid.uuid4().hex for s in plan.stages}
         with self.catalog.transaction() as con:
-            self._check(con, dataset, plan.stages, accounting)
-            self._insert(con, dataset, run_id, plan.stages, accounting, ids)
+            self._check(con, dataset, plan.stages, accounting, scope)
+            self._insert(con, dataset, run_id, plan.stages, accounting, ids, scope)
         return ids
 
     def check(
-        self, dataset: str, plan: BudgetPlan, accounting: dict[str, dict] | None = None
+        self,
+        dataset: str,
+        plan: BudgetPlan,
+        accounting: dict[str, dict] | None = None,
+        scope: Scope | None = None,
     ) -> None:
         """Refuse (``BudgetRefusedError``) a plan the cap cannot cover, reserving nothing.
 
@@ -220,9 +367,11 @@ class Ledger:
         atomically.
         """
         with self.catalog.transaction() as con:
-            self._check(con, dataset, plan.stages, accounting or {})
+            self._check(con, dataset, plan.stages, accounting or {}, scope)
 
-    def _check(self, con, dataset: str, stages, accounting: dict[str, dict]) -> None:
+    def _check(
+        self, con, dataset: str, stages, accounting: dict[str, dict], scope: Scope | None
+    ) -> None:
         row = con.execute(
             "SELECT cap_epsilon, cap_delta, cap_unit, unit, public FROM datasets WHERE name = ?",
             [dataset],
@@ -234,24 +383,28 @@ class Ledger:
         if row[0] is None:
             return
         cap = Cap(row[0], row[1], Adjacency(row[2]))
-        active = con.execute(
-            "SELECT epsilon, delta, adjacency, notion, gamma FROM ledger"
+        cursor = con.execute(
+            "SELECT epsilon, delta, adjacency, notion, gamma, scope FROM ledger"
             " WHERE dataset = ? AND state IN ('reserved', 'spent')",
             [dataset],
-        ).fetchall()
-        spent = [(e, d, Adjacency(a)) for e, d, a, _, _ in active]
-        new = [(s.epsilon, s.delta, s.adjacency) for s in stages]
-        notions = [(n, g) for *_, n, g in active] + _new_notions(stages, accounting)
-        _check_cap(cap, spent, new, row[3] == Adjacency.DOCUMENT.value, notions)
+        )
+        names = [c[0] for c in cursor.description]
+        active = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+        new = [
+            (s.epsilon, s.delta, s.adjacency, notion, gamma, scope)
+            for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True)
+        ]
+        _check_cap(cap, active, new, row[3] == Adjacency.DOCUMENT.value, scope)
 
-    def _insert(self, con, dataset, run_id, stages, accounting, ids) -> None:
+    def _insert(self, con, dataset, run_id, stages, accounting, ids, scope) -> None:
         ts = now()
         for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True):
             record = accounting.get(s.stage)
             con.execute(
                 "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
                 " epsilon, delta, state, note, created_at, updated_at, notion, gamma,"
-                " accounting) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?, ?, ?, ?)",
+                " accounting, scope)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', NULL, ?, ?, ?, ?, ?, ?)",
                 [
                     ids[s.stage],
                     dataset,
@@ -266,6 +419,7 @@ class Ledger:
                     notion,
                     gamma,
                     None if record is None else json.dumps(record),
+                    None if scope is None else json.dumps(scope.to_dict()),
                 ],
             )
 
@@ -357,7 +511,11 @@ class Ledger:
         that dies before reading anything is refunded. Checked against the cap first.
         """
         entry = uuid.uuid4().hex
-        self._check(con, dataset, [stage], accounting)
+        row = con.execute(
+            "SELECT scope FROM ledger WHERE run_id = ? AND stage = ?", [run_id, stage.stage]
+        ).fetchone()
+        scope = None if row is None or row[0] is None else Scope.from_dict(_json(row[0]))
+        self._check(con, dataset, [stage], accounting, scope)
         lost = con.execute(
             "SELECT count(*) FROM ledger WHERE run_id = ? AND stage LIKE ?",
             [run_id, f"{stage.stage}/lost-%"],
@@ -372,20 +530,21 @@ class Ledger:
                 stage.stage,
             ],
         )
-        self._insert(con, dataset, run_id, [stage], accounting, {stage.stage: entry})
+        self._insert(con, dataset, run_id, [stage], accounting, {stage.stage: entry}, scope)
         return entry
 
 
 def _check_cap(
     cap: Cap,
-    spent: list[tuple[float, float, Adjacency]],
-    new: list[tuple[float, float, Adjacency]],
+    active: list[dict[str, Any]],
+    new: list[tuple[float, float, Adjacency, str, float, Scope | None]],
     authors_are_documents: bool,
-    notions: list[tuple[str, float]],
+    scope: Scope | None,
 ) -> None:
+    """Refuse ``new`` spends (all over ``scope``) unless every atom stays within the cap."""
     weaker = [
         a
-        for _, _, a in new
+        for _, _, a, *_ in new
         if not converts_to(a, cap.unit, authors_are_documents=authors_are_documents)
     ]
     if weaker:
@@ -397,17 +556,21 @@ def _check_cap(
             f"`fdptm budget --dataset NAME --cap EPS DELTA --unit {weaker[0].value}`"
         )
     try:
-        compose(spent + new, cap.unit, authors_are_documents=authors_are_documents, notions=notions)
+        compose_over_atoms(active, cap.unit, authors_are_documents=authors_are_documents, extra=new)
     except ValueError as exc:  # a random-DP spend cannot be converted to the cap's unit
         raise BudgetRefusedError(
             f"refused: {exc}, so the lifetime cap (stated at {cap.unit.value} level) cannot "
             "account for it. State the cap at the dataset's own unit with `fdptm budget "
             "--dataset NAME --cap EPS DELTA`, or use a mechanism with plain DP."
         ) from exc
-    before = compose(spent, cap.unit, authors_are_documents=authors_are_documents)
-    need = compose(new, cap.unit, authors_are_documents=authors_are_documents)
-    spent_eps = exact_sum(c.epsilon_out for c in before.conversions)
-    spent_delta = exact_sum(c.delta_out for c in before.conversions)
+    _, spent_eps, spent_delta = _atom_totals(
+        active, cap.unit, authors_are_documents=authors_are_documents, within=scope
+    )
+    need = compose(
+        [(e, d, a) for e, d, a, *_ in new],
+        cap.unit,
+        authors_are_documents=authors_are_documents,
+    )
     need_eps = exact_sum(c.epsilon_out for c in need.conversions)
     need_delta = exact_sum(c.delta_out for c in need.conversions)
     left_eps = max(exact(cap.epsilon) - spent_eps, 0)

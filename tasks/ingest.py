@@ -115,6 +115,7 @@ RESERVED_AUTHOR = (
     f"author_id starts with {DOCUMENT_UNIT_PREFIX!r}, which is reserved for the unit keys of "
     "document-level datasets"
 )
+MISSING_TS = "ts is missing (required: the file has a time column, so every row is dated)"
 NOT_UNIQUE = "doc_id is not unique in this file (repeated by one author: every copy rejected)"
 ALREADY_STORED = "doc_id is already in the dataset (ingested before)"
 DERIVED_ID_PREFIX = "d"
@@ -250,6 +251,7 @@ def normalise(
     texts = columns["text"]
     problems: list[str | None] = [None] * n
     raw_authors = columns.get("author_id", [None] * n)
+    timed = "ts" in columns
     raw_ts = columns.get("ts", [None] * n)
     ts, authors = [], []
     for i in range(n):
@@ -274,6 +276,10 @@ def normalise(
         if derived_ids is None or len(derived_ids) != n:
             raise ValueError("a file without an id column needs derived_ids, one per row")
         doc_ids = list(derived_ids)
+    if timed:  # a row's own problems first: a dateless row is only reported as such
+        for i in range(n):
+            if ts[i] is None and problems[i] is None and _blank(raw_ts[i]):
+                problems[i] = MISSING_TS
     if not by_author:
         authors = [None if d is None else DOCUMENT_UNIT_PREFIX + d for d in doc_ids]
     text_values = [t if isinstance(t, str) else None for t in texts]
@@ -548,6 +554,23 @@ def ingest(
     return result
 
 
+def _refuse_untimed_after_timed(con, dataset: str, timed: bool, name: str) -> None:
+    """Once a dataset has timestamped batches, every later batch must be timestamped: a
+    window (``--since``, ``--window``) would silently leave its documents out."""
+    if timed:
+        return
+    first = con.execute(
+        "SELECT min(seq) FROM batches WHERE dataset = ? AND timed", [dataset]
+    ).fetchone()[0]
+    if first is not None:
+        raise BadInputError(
+            f"{name} has no time column, but dataset {dataset!r} has timestamped documents "
+            f"since batch {first}: every later batch needs one, or its documents would fall "
+            "outside every time window. Map the file's time column with --time-column NAME "
+            "(ISO 8601 or epoch seconds), or ingest it into another dataset"
+        )
+
+
 def _ingest(
     source: Path,
     rows: readers.Rows,
@@ -592,6 +615,7 @@ def _ingest(
         row = con.execute("SELECT unit, public FROM datasets WHERE name = ?", [dataset]).fetchone()
         _declare_unit(row and row[0], requested, rows, dataset, source.name)
         _declare_public(row and bool(row[1]), public, dataset)
+        _refuse_untimed_after_timed(con, dataset, "ts" in rows.mapping, source.name)
         now_stored = con.execute(
             "SELECT seq, path, sha256, source_sha256 FROM batches WHERE dataset = ? ORDER BY seq",
             [dataset],
@@ -630,7 +654,9 @@ def _ingest(
         rel = f"datasets/{dataset}/batches/batch={seq:06d}/part-0.parquet"
         sha = write_parquet(table, workspace.root / rel)
         con.execute(
-            "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO batches (dataset, seq, run_id, source, source_sha256, path, sha256,"
+            " n_rows, n_rejected, rejects_path, has_author_ids, created_at, timed)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 dataset,
                 seq,
@@ -644,6 +670,7 @@ def _ingest(
                 rejects_rel,
                 "author_id" in rows.mapping,
                 now(),
+                "ts" in rows.mapping,
             ],
         )
         catalog.register_artifact(

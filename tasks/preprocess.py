@@ -28,6 +28,7 @@ from nltk.tokenize import RegexpTokenizer
 
 from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
+from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace
 from fdptm.text import lemmatizer, stop_words
 
@@ -89,8 +90,16 @@ def preprocess_texts(
 
 
 TOKENS_SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("author_id", pa.string()), ("tokens", pa.list_(pa.string()))]
+    [
+        ("doc_id", pa.string()),
+        ("author_id", pa.string()),
+        ("tokens", pa.list_(pa.string())),
+        ("day", pa.int32()),
+    ]
 )
+"""A batch's tokens per document, with the document's UTC day (``storage.partitions``; null
+for a batch without times), so a run scoped to days reads only its atoms."""
+_TOKENS_VERSION = "v2"
 
 
 def preprocess_batch(
@@ -108,7 +117,10 @@ def preprocess_batch(
     (only a damaged batch is an error). Returns the catalog row of the token artifact
     (path relative to the workspace, hash).
     """
-    name = f"tokens/{batch['dataset']}/{batch['seq']}/{batch['sha256'][:16]}/{cfg.digest()}"
+    name = (
+        f"tokens/{_TOKENS_VERSION}/{batch['dataset']}/{batch['seq']}/{batch['sha256'][:16]}/"
+        f"{cfg.digest()}"
+    )
     cached = catalog.artifact(name)
     if cached is not None and intact(workspace.root / cached["path"], cached["sha256"]):
         if progress:
@@ -121,10 +133,14 @@ def preprocess_batch(
             "doc_id": rows.column("doc_id"),
             "author_id": rows.column("author_id"),
             "tokens": pa.array(tokens, pa.list_(pa.string())),
+            "day": days(rows.column("ts")),
         },
         schema=TOKENS_SCHEMA,
     )
-    rel = f"datasets/{batch['dataset']}/tokens/batch={batch['seq']:06d}/pre-{cfg.digest()}.parquet"
+    rel = (
+        f"datasets/{batch['dataset']}/tokens/batch={batch['seq']:06d}/"
+        f"pre-{_TOKENS_VERSION}-{cfg.digest()}.parquet"
+    )
     sha = write_parquet(table, workspace.root / rel)
     with catalog.transaction() as con:
         catalog.register_artifact(

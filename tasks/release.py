@@ -282,6 +282,7 @@ def build_manifest(
             {"batch": b["seq"], "commitment": workspace.commitment(b["sha256"])} for b in batches
         ],
         "input_commitment": "HMAC-SHA256(workspace secret key, sha256 of the batch file)",
+        "partitions": partitions_statement(spec, ledger),
         "model": {
             "topics": spec.topics,
             "vocabulary_size": len(words),
@@ -290,6 +291,27 @@ def build_manifest(
         },
         "code_version": code_version(),
         "topics": topic_summaries(phi, words),
+    }
+
+
+def partitions_statement(spec: RunSpec, ledger: Ledger) -> dict:
+    """The partitions the release read (their keys, never their sizes) and how the ledger
+    composes it with releases over other partitions (``storage.ledger``)."""
+    unit = ledger.default_unit(spec.dataset)
+    documents = unit == Adjacency.DOCUMENT
+    return {
+        **spec.scope.keys(),  # a release's batches are resolved before it reserves
+        "days": "every document of these batches"
+        if spec.since is None
+        else "documents timestamped in [since, until), UTC days",
+        "composition": (
+            "parallel: documents lie in one batch and one day each, so the dataset's "
+            "lifetime spend is the most any one batch-day has spent over every release that "
+            "read it"
+            if documents
+            else "sequential at the author level (an author writes in many batches and "
+            "days, so partitions are not disjoint in authors); parallel at the document level"
+        ),
     }
 
 

@@ -42,7 +42,6 @@ from fdptm.privacy.accountant import (
     check_delta,
     check_epsilon,
     exact,
-    exact_sum,
     plan_budget,
 )
 from fdptm.privacy.adjacency import Adjacency, weakest
@@ -50,6 +49,7 @@ from fdptm.request import ReleaseRequest
 from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import PUBLIC_NOT_CHARGED, Ledger
+from fdptm.storage.partitions import parse_batches
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import public_vocabulary
 from fdptm.tasks.bounding import Bounds
@@ -186,7 +186,7 @@ def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
     )
 
 
-def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int, ...]]:
+def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, list[dict]]:
     workspace = catalog.workspace
     if catalog.dataset(dataset) is None:
         known = [r["name"] for r in catalog.query("SELECT name FROM datasets ORDER BY name")]
@@ -197,10 +197,34 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, tuple[int,
     ledger = Ledger(catalog)
     if ledger.is_public(dataset):
         raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
-    batches = tuple(b["seq"] for b in catalog.batches(dataset))
+    batches = catalog.batches(dataset)
     if not batches:
         raise BadInputError(f"dataset {dataset!r} has no batches; ingest data first")
     return ledger, batches
+
+
+def scoped(spec: RunSpec, batches: list[dict]) -> RunSpec:
+    """``spec`` with the batches it reads: those it asks for (every batch ingested so far by
+    default), and of those only the timestamped ones when it reads days. Which batches
+    exist and which had a time column are the operator's facts, not the data's."""
+    known = {b["seq"]: b for b in batches}
+    wanted = parse_batches(spec.requested_batches) or tuple(known)
+    missing = [seq for seq in wanted if seq not in known]
+    if missing:
+        raise BadInputError(
+            f"dataset {spec.dataset!r} has no batch {', '.join(map(str, missing))}; it has "
+            f"batches {min(known)}..{max(known)} (`fdptm partitions --dataset "
+            f"{spec.dataset}` lists them)"
+        )
+    if spec.since is not None:
+        wanted = tuple(seq for seq in wanted if known[seq]["timed"])
+        if not wanted:
+            raise BadInputError(
+                f"--since/--until/--window read documents by their timestamps, and no batch "
+                f"of dataset {spec.dataset!r} in range was ingested with a time column "
+                "(ingest with --time-column NAME, or drop the days)"
+            )
+    return replace(spec, batches=wanted)
 
 
 def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
@@ -250,10 +274,11 @@ def preflight(request: ReleaseRequest) -> Calibration:
     workspace = Workspace.resolve(request.workspace).require()
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
-    ledger, _ = _dataset_context(Catalog(workspace), spec.dataset)
+    ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
+    spec = scoped(spec, batches)
     check_public_inputs(spec, workspace)
     spec, calibration = _planned(spec, ledger)
-    ledger.check(spec.dataset, calibration.plan, calibration.accounting())
+    ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
     return calibration
 
 
@@ -264,9 +289,10 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
     validate(spec)
     ledger, batches = _dataset_context(catalog, spec.dataset)
+    spec = scoped(spec, batches)
     check_public_inputs(spec, workspace)
     bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
-    spec = replace(spec, bounding_seed=bounding_seed, batches=batches)
+    spec = replace(spec, bounding_seed=bounding_seed)
     recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)
     spec, calibration = _planned(spec, ledger)
     owner = recovery.claim(workspace, spec.run_id)
@@ -280,7 +306,9 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
         recovery.release_claim(workspace, spec.run_id)
         raise
     try:
-        ledger.reserve(spec.dataset, spec.run_id, calibration.plan, calibration.accounting())
+        ledger.reserve(
+            spec.dataset, spec.run_id, calibration.plan, calibration.accounting(), spec.scope
+        )
     except BaseException as exc:
         catalog.finish_run(spec.run_id, "refused", str(exc))
         recovery.release_claim(workspace, spec.run_id)
@@ -369,7 +397,7 @@ def preflight_resume(workspace: Workspace, run_id: str) -> list[str]:
     spec, calibration, lost = _resumable(workspace, run_id)
     if lost:
         plan = replace(calibration.plan, stages=[calibration.plan.stage(s) for s in lost])
-        Ledger(Catalog(workspace)).check(spec.dataset, plan, calibration.accounting())
+        Ledger(Catalog(workspace)).check(spec.dataset, plan, calibration.accounting(), spec.scope)
     return lost
 
 
@@ -423,9 +451,9 @@ def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:
             f"this run's release is {unit.value}-level but the cap is stated at "
             f"{cap.unit.value} level; releases_left needs the cap at the release's unit"
         )
-    life = ledger.lifetime(spec.dataset, cap.unit)
-    eps_left = exact(cap.epsilon) - exact_sum(c.epsilon_out for c in life.conversions)
-    delta_left = exact(cap.delta) - exact_sum(c.delta_out for c in life.conversions)
+    spent_eps, spent_delta = ledger.spent(spec.dataset, cap.unit, within=spec.scope)
+    eps_left = exact(cap.epsilon) - spent_eps
+    delta_left = exact(cap.delta) - spent_delta
     if eps_left <= 0 or delta_left <= 0:
         raise BudgetRefusedError(
             f"the lifetime cap of dataset {spec.dataset!r} is used up (remaining "

@@ -8,6 +8,7 @@ not choose. Its defaults are the request's, read from the model.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,24 @@ from fdptm.mechanisms.registry import Mechanism, mechanism, tuned
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.request import ReleaseRequest, default
+from fdptm.storage.partitions import Scope, last_closed
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.vocabulary import M1_MECHANISMS, M1Params, VocabularyMechanism
 
 STAGE_STREAMS = {"vocabulary": 1, "train": 2, "baseline": 3, "prior": 4}
+
+
+def _days(request: ReleaseRequest) -> dict[str, str | None]:
+    """The request's days as ISO dates: ``--since/--until``, or ``--window last-*`` resolved
+    against today's UTC date (the calendar, never the data)."""
+    if request.window is not None:
+        kind = request.window.removeprefix("last-")
+        start, end = last_closed(kind, dt.datetime.now(dt.UTC).date())
+        return {"since": start.isoformat(), "until": end.isoformat()}
+    if request.since is None:
+        return {"since": None, "until": None}
+    return {"since": request.since.isoformat(), "until": request.until.isoformat()}
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,9 @@ class RunSpec:
     baseline: bool = default("baseline")
     releases_left: int | None = default("releases_left")
     batches: tuple[int, ...] = ()
+    requested_batches: str | None = None
+    since: str | None = None
+    until: str | None = None
     bounds: Bounds = field(
         default_factory=lambda: Bounds(
             default("max_docs_per_author"), default("max_tokens_per_doc")
@@ -89,11 +106,25 @@ class RunSpec:
             baseline=request.baseline,
             releases_left=request.releases_left,
             bounds=Bounds(request.max_docs_per_author, request.max_tokens_per_doc),
+            requested_batches=request.batches,
+            **_days(request),
         )
 
     @property
     def root(self) -> Path:
         return Path(self.workspace)
+
+    @property
+    def scope(self) -> Scope | None:
+        """The partitions the run reads: its batches, and its days [since, until) if any;
+        None before its batches are resolved (``tasks.run.scoped``): all of them."""
+        if not self.batches:
+            return None
+        return Scope(
+            self.batches,
+            None if self.since is None else dt.date.fromisoformat(self.since),
+            None if self.until is None else dt.date.fromisoformat(self.until),
+        )
 
     @property
     def m2(self) -> Mechanism:

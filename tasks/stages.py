@@ -152,12 +152,24 @@ def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) 
     ]
 
 
-def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
-    """Contribution bounding of all the dataset's tokens (internal artifact)."""
-    if done := stored(spec, "bounded_tokens"):
-        return done
+def scoped_tokens(spec: RunSpec, token_artifacts: list[dict]) -> pa.Table:
+    """The run's documents: its batches' tokens, only the days of its scope when it has
+    days (``storage.partitions``), without the day column."""
     workspace, _ = _env(spec)
     tokens = read_tokens(workspace, token_artifacts)
+    inside = spec.scope.in_days(tokens.column("day")) if spec.since is not None else None
+    if inside is not None:
+        tokens = tokens.filter(inside)
+    return tokens.drop_columns(["day"])
+
+
+def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
+    """Contribution bounding of the run's documents (internal artifact), inside its scope:
+    a document outside it never affects what the run keeps (``storage.ledger``, "Parallel
+    composition")."""
+    if done := stored(spec, "bounded_tokens"):
+        return done
+    tokens = scoped_tokens(spec, token_artifacts)
     bounded = bound_contributions(tokens, spec.bounds, spec.bounding_seed)
     return _save(spec, "bounding", "bounded_tokens", bounded, "internal")
 

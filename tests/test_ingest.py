@@ -76,23 +76,25 @@ def test_all_formats(tmp_path, workspace):
     )
     (tmp_path / "r.json").write_text(json.dumps([{"text": "listed object", "author_id": 7}]))
     (tmp_path / "r.txt").write_text("first line doc\nsecond line doc\n")
-    # files with authors go to an author-level dataset, files without to a document-level one
+    # files with authors go to an author-level dataset, files without to a document-level
+    # one; the untimed batch first (once a dataset has times, every later batch needs them)
     counts = [
         ingest(tmp_path / f"r.{ext}", dataset, workspace).n_rows
         for ext, dataset in (
+            ("json", "d"),
             ("jsonl", "d"),
             ("csv", "d"),
-            ("json", "d"),
             ("parquet", "plain"),
             ("txt", "plain"),
         )
     ]
-    assert counts == [2, 2, 1, 2, 2]
+    assert counts == [1, 2, 2, 2, 2]
     tables = _rows(workspace)
-    assert tables[0].column("ts").to_pylist()[0].isoformat() == "2024-01-02T03:04:05+00:00"
-    assert tables[0].column("author_id").to_pylist() == ["u1", "u2"]
-    assert tables[2].column("author_id").to_pylist() == ["7"]
+    assert tables[1].column("ts").to_pylist()[0].isoformat() == "2024-01-02T03:04:05+00:00"
+    assert tables[1].column("author_id").to_pylist() == ["u1", "u2"]
+    assert tables[0].column("author_id").to_pylist() == ["7"]
     assert Catalog(workspace).batches("d")[0]["has_author_ids"] is True
+    assert [b["timed"] for b in Catalog(workspace).batches("d")] == [False, True, True]
     plain = _rows(workspace, "plain")
     assert plain[0].column("doc_id").to_pylist() == ["p1", "p2"]
     assert Catalog(workspace).batches("plain")[0]["has_author_ids"] is False
@@ -100,7 +102,7 @@ def test_all_formats(tmp_path, workspace):
 
 def test_bad_rows_are_reported_with_reasons_not_dropped(tmp_path, workspace):
     rows = [
-        {"doc_id": "ok", "text": "fine text"},
+        {"doc_id": "ok", "text": "fine text", "ts": "2024-01-01"},
         {"doc_id": "a", "text": "duplicate id"},
         {"doc_id": "a", "text": "duplicate id again"},
         {"doc_id": "b", "text": "   "},
@@ -113,7 +115,9 @@ def test_bad_rows_are_reported_with_reasons_not_dropped(tmp_path, workspace):
     # one author's: a repeated id is rejected only within one author (at document level
     # every row is its own unit, and a repeated id refuses the whole file)
     path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(json.dumps({**r, "author_id": "u1"}) for r in rows))
+    path.write_text(
+        "\n".join(json.dumps({"ts": "2024-01-01", **r, "author_id": "u1"}) for r in rows)
+    )
     result = ingest(path, "d", workspace, max_text_chars=100)
     assert (result.n_rows, result.n_rejected) == (1, 8)
     rejects = pq.read_table(result.rejects_path).to_pylist()

@@ -21,7 +21,8 @@ def _dataset(workspace: Workspace, name: str = "d") -> Ledger:
     catalog = Catalog(workspace.create())
     catalog.ensure_dataset(name, "document")
     catalog.execute(
-        "INSERT INTO batches VALUES (?, 1, 'ingest-x', 'src', 'h', 'p', 'h', 1, 0, NULL, false, ?)",
+        "INSERT INTO batches VALUES"
+        " (?, 1, 'ingest-x', 'src', 'h', 'p', 'h', 1, 0, NULL, false, ?, false)",
         [name, now()],
     )
     return Ledger(catalog)

@@ -109,7 +109,7 @@ def test_a_damaged_token_cache_is_recomputed_from_the_batch(tmp_path, workspace,
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     elif damage == "other tokens":  # a valid Parquet file that is not what was cached
-        table = pa.table({"doc_id": ["x"], "author_id": ["x"], "tokens": [["forged"]]})
+        table = pa.table({"doc_id": ["x"], "author_id": ["x"], "tokens": [["forged"]], "day": [0]})
         pq.write_table(table.cast(TOKENS_SCHEMA), path)
     else:
         path.unlink()

@@ -44,7 +44,8 @@ def _populated(workspace: Workspace) -> Catalog:
     rel = "datasets/d/batches/batch=000001/part-0.parquet"
     sha = write_parquet(pa.table({"doc_id": ["1"], "text": ["raw words"]}), workspace.root / rel)
     catalog.execute(
-        "INSERT INTO batches VALUES ('d', 1, 'ingest-x', 'src', 'h', ?, ?, 1, 0, NULL, false, ?)",
+        "INSERT INTO batches VALUES"
+        " ('d', 1, 'ingest-x', 'src', 'h', ?, ?, 1, 0, NULL, false, ?, false)",
         [rel, sha, now()],
     )
     return catalog

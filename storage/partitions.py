@@ -1,0 +1,189 @@
+"""Partitions of a dataset and the scope of a release over them.
+
+A dataset is partitioned by ingestion batch and, for batches whose file had a time column,
+by UTC day: its atoms are (batch, day), or (batch, None) for a batch without times. Every
+document lies in exactly one atom, fixed by its own record (the batch it was ingested in,
+its timestamp), so the atoms are disjoint in documents. A time window (a day, a week
+starting on Monday, a month) is a union of days, so a release over any windows and batches
+reads a union of the same atoms, and the ledger can compose spends atom by atom
+(``storage.ledger``, "Parallel composition").
+
+A ``Scope`` is what a run reads: a set of batches and, optionally, the days ``[since,
+until)``. It is chosen by the operator from public facts (the batches ingested, the
+calendar), never from the data: which atoms hold documents is private, so a scope covers
+every atom of its batches and days whether it holds documents or not. Days are counted
+from 1970-01-01 in UTC (a timestamp's day is its microseconds since the epoch divided by
+86,400,000,000, rounded down).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fdptm.errors import BadInputError
+
+EPOCH = dt.date(1970, 1, 1)
+MICROS_PER_DAY = 86_400_000_000
+WINDOWS = ("day", "week", "month")
+LAST_WINDOWS = tuple(f"last-{w}" for w in WINDOWS)
+_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+
+
+def day_number(day: dt.date) -> int:
+    """Days since 1970-01-01."""
+    return (day - EPOCH).days
+
+
+def day_of(number: int) -> dt.date:
+    return EPOCH + dt.timedelta(days=number)
+
+
+def days(ts: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The UTC day number of each timestamp (null where the timestamp is null)."""
+    micros = pc.cast(ts.cast(pa.timestamp("us", tz="UTC")), pa.int64())
+    return pc.floor(pc.divide(pc.cast(micros, pa.float64()), float(MICROS_PER_DAY))).cast(
+        pa.int32()
+    )
+
+
+def parse_batches(text: str | None) -> tuple[int, ...] | None:
+    """``"3..5"`` (inclusive) or ``"1,3,7"`` as sorted batch numbers; None for all."""
+    if text is None:
+        return None
+    if match := _RANGE.match(text):
+        low, high = int(match[1]), int(match[2])
+        if low < 1 or high < low:
+            raise BadInputError(f"batches {text!r}: a range is LOW..HIGH with 1 <= LOW <= HIGH")
+        return tuple(range(low, high + 1))
+    try:
+        seqs = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        seqs = []
+    if not seqs or seqs[0] < 1:
+        raise BadInputError(
+            f"batches {text!r}: give a range (3..5) or a comma-separated list (1,3,7) of batch "
+            "numbers >= 1 (`fdptm partitions --dataset NAME` lists them)"
+        )
+    return tuple(seqs)
+
+
+def window_bounds(window: str, day: dt.date) -> tuple[dt.date, dt.date]:
+    """The ``window`` (day, week from Monday, month) that holds ``day``: [start, end)."""
+    if window == "day":
+        return day, day + dt.timedelta(days=1)
+    if window == "week":
+        start = day - dt.timedelta(days=day.weekday())
+        return start, start + dt.timedelta(days=7)
+    if window == "month":
+        start = day.replace(day=1)
+        return start, (start + dt.timedelta(days=32)).replace(day=1)
+    raise BadInputError(f"unknown window {window!r}; one of {WINDOWS}")
+
+
+def last_closed(window: str, today: dt.date) -> tuple[dt.date, dt.date]:
+    """The newest window of kind ``window`` that ended before ``today`` (by the calendar,
+    never by the data)."""
+    start, _ = window_bounds(window, today)
+    return window_bounds(window, start - dt.timedelta(days=1))
+
+
+def windows_between(window: str, first: dt.date, last: dt.date) -> list[tuple[dt.date, dt.date]]:
+    """Every ``window`` that holds a day of [first, last], in order."""
+    out = []
+    start, end = window_bounds(window, first)
+    while start <= last:
+        out.append((start, end))
+        start, end = window_bounds(window, end)
+    return out
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The atoms a run reads: ``batches``, and only days in [since, until) when given.
+
+    Without days the scope covers every atom of its batches, untimed ones included; with
+    days, only the timed atoms in range.
+    """
+
+    batches: tuple[int, ...]
+    since: dt.date | None = None
+    until: dt.date | None = None
+
+    def __post_init__(self) -> None:
+        if (self.since is None) != (self.until is None):
+            raise ValueError("a scope's days need both since and until")
+        if self.since is not None and not self.since < self.until:
+            raise BadInputError(f"since {self.since} must be before until {self.until}")
+
+    @property
+    def windowed(self) -> bool:
+        return self.since is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "batches": list(self.batches),
+            "since": None if self.since is None else self.since.isoformat(),
+            "until": None if self.until is None else self.until.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scope:
+        return cls(
+            tuple(d["batches"]),
+            None if d.get("since") is None else dt.date.fromisoformat(d["since"]),
+            None if d.get("until") is None else dt.date.fromisoformat(d["until"]),
+        )
+
+    def day_range(self) -> tuple[int, int] | None:
+        """[first, end) as day numbers, or None for every day and untimed rows."""
+        if self.since is None:
+            return None
+        return day_number(self.since), day_number(self.until)
+
+    def keys(self) -> dict:
+        """The partitions this scope covers, as a manifest names them (keys, never sizes)."""
+        return self.to_dict()
+
+    def in_days(self, day: pa.Array) -> pa.Array | None:
+        """Which rows (by their day) lie in the scope's days; None when it has no days.
+        Untimed rows (null day) lie in no day range."""
+        bounds = self.day_range()
+        if bounds is None:
+            return None
+        inside = pc.and_(pc.greater_equal(day, bounds[0]), pc.less(day, bounds[1]))
+        return pc.fill_null(inside, False)
+
+
+def atoms(root, batches: list[dict], by: str = "day") -> list[dict]:
+    """Documents per (batch, window) of a dataset's ``batches`` (catalog rows), windows of
+    kind ``by`` (day, week, month): what ``fdptm partitions`` shows the operator. Internal:
+    counts of private data, never part of a release."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for b in batches:
+        ts = pq.read_table(root / b["path"], columns=["ts"]).column("ts")
+        numbers = days(ts).to_numpy(zero_copy_only=False)
+        if not b["timed"]:
+            out.append({"batch": b["seq"], "since": None, "until": None, "documents": len(ts)})
+            continue
+        counts: dict[tuple[dt.date, dt.date], int] = {}
+        for number, n in zip(*_unique(numbers), strict=True):
+            key = window_bounds(by, day_of(int(number)))
+            counts[key] = counts.get(key, 0) + int(n)
+        out += [
+            {"batch": b["seq"], "since": s.isoformat(), "until": u.isoformat(), "documents": n}
+            for (s, u), n in sorted(counts.items())
+        ]
+    return out
+
+
+def _unique(values):
+    import numpy as np
+
+    return np.unique(values, return_counts=True)

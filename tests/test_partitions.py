@@ -1,0 +1,263 @@
+"""Partitions and parallel composition: scopes, the ledger's total per atom, the cap check,
+timestamped ingest and ``fdptm partitions``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from fdptm.cli import main
+from fdptm.errors import BadInputError, BudgetRefusedError
+from fdptm.privacy.accountant import StageSpec, plan_budget
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.request import ReleaseRequest
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.ledger import PARALLEL, Ledger, cells
+from fdptm.storage.partitions import (
+    Scope,
+    days,
+    last_closed,
+    parse_batches,
+    window_bounds,
+    windows_between,
+)
+from fdptm.tasks.ingest import MISSING_TS, ingest
+from fdptm.tasks.spec import RunSpec
+
+A, D = Adjacency.AUTHOR, Adjacency.DOCUMENT
+MONDAY = dt.date(2024, 1, 1)
+
+
+def _ledger(workspace, unit: str = "document") -> Ledger:
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", unit)
+    return Ledger(catalog)
+
+
+def _plan(eps: float, unit: Adjacency = D):
+    specs = [StageSpec("train", "m2", unit, True, 1.0)]
+    return plan_budget(eps, 1e-6, specs, authors_are_documents=unit == D)
+
+
+def _week(i: int, batches=(1,)) -> Scope:
+    start = MONDAY + dt.timedelta(weeks=i)
+    return Scope(tuple(batches), start, start + dt.timedelta(days=7))
+
+
+def test_a_release_over_batches_1_to_3_after_releases_over_each_is_charged_once_more(
+    workspace,
+):
+    ledger = _ledger(workspace)
+    for seq in (1, 2, 3):
+        ledger.reserve("d", f"r{seq}", _plan(1.0), scope=Scope((seq,)))
+    life = ledger.lifetime("d", D)
+    assert (life.epsilon, life.delta) == (1.0, 1e-6)
+    assert PARALLEL in life.accountant
+    ledger.reserve("d", "all", _plan(1.0), scope=Scope((1, 2, 3)))
+    assert ledger.lifetime("d", D).epsilon == 2.0
+    assert ledger.lifetime("d", D, within=Scope((4,))).epsilon == 0.0  # a later batch
+    ledger.reserve("d", "again-2", _plan(0.5), scope=Scope((2,)))
+    assert ledger.lifetime("d", D).epsilon == 2.5
+    assert ledger.lifetime("d", D, within=Scope((1,))).epsilon == 2.0
+
+
+def test_author_level_never_composes_in_parallel(workspace):
+    ledger = _ledger(workspace, "author")
+    for seq in (1, 2, 3):
+        ledger.reserve("d", f"r{seq}", _plan(1.0, A), scope=Scope((seq,)))
+    author = ledger.lifetime("d", A)
+    assert author.epsilon == 3.0 and PARALLEL not in author.accountant
+    # one document lies in one batch, so the document level of the same spends is parallel
+    document = ledger.lifetime("d", D)
+    assert PARALLEL in document.accountant
+    assert document.epsilon == pytest.approx(max(c.epsilon_out for c in document.conversions))
+
+
+def test_replace_and_word_levels_compose_sequentially(workspace):
+    ledger = _ledger(workspace)
+    for seq in (1, 2):
+        ledger.reserve("d", f"r{seq}", _plan(1.0), scope=Scope((seq,)))
+    replace = ledger.lifetime("d", Adjacency.DOCUMENT_REPLACE)
+    assert PARALLEL not in replace.accountant
+    assert replace.epsilon == pytest.approx(sum(c.epsilon_out for c in replace.conversions))
+
+
+def test_weekly_releases_then_a_month_compose_per_day(workspace):
+    ledger = _ledger(workspace)
+    for i in range(8):
+        ledger.reserve("d", f"w{i}", _plan(1.0), scope=_week(i))
+    assert ledger.lifetime("d", D).epsilon == 1.0
+    january = Scope((1,), dt.date(2024, 1, 1), dt.date(2024, 2, 1))  # weeks 0-4 (5 Jan 29)
+    ledger.reserve("d", "jan", _plan(1.0), scope=january)
+    assert ledger.lifetime("d", D).epsilon == 2.0
+    assert ledger.lifetime("d", D, within=_week(6)).epsilon == 1.0
+    assert ledger.lifetime("d", D, within=_week(4)).epsilon == 2.0  # Jan 29 - Feb 4
+    # a release without days covers the batch's every day, and its untimed rows
+    ledger.reserve("d", "batch", _plan(0.25), scope=Scope((1,)))
+    assert ledger.lifetime("d", D).epsilon == 2.25
+    assert ledger.lifetime("d", D, within=_week(7)).epsilon == 1.25
+
+
+def test_an_entry_without_a_scope_covers_every_partition(workspace):
+    ledger = _ledger(workspace)
+    ledger.reserve("d", "old", _plan(1.0))  # recorded before scopes existed
+    ledger.reserve("d", "new", _plan(1.0), scope=Scope((7,)))
+    assert ledger.lifetime("d", D).epsilon == 2.0
+    assert ledger.lifetime("d", D, within=Scope((8,))).epsilon == 1.0
+
+
+def test_the_cap_holds_per_atom(workspace):
+    ledger = _ledger(workspace)
+    ledger.set_cap("d", 2.0, 1e-4)
+    for i in range(8):  # sequentially these would be 12: only disjoint weeks make them fit
+        ledger.reserve("d", f"w{i}", _plan(1.5), scope=_week(i))
+    january = Scope((1,), dt.date(2024, 1, 1), dt.date(2024, 2, 1))
+    with pytest.raises(BudgetRefusedError, match=r"has only epsilon=0.5, delta=0.000099 remain"):
+        ledger.reserve("d", "jan", _plan(1.0), scope=january)
+    ledger.reserve("d", "jan-small", _plan(0.5), scope=january)
+    ledger.reserve("d", "batch-2", _plan(2.0), scope=Scope((2,)))  # untouched partitions
+    with pytest.raises(BudgetRefusedError):
+        ledger.reserve("d", "all", _plan(0.001), scope=Scope((1, 2)))
+    assert ledger.lifetime("d", D).epsilon == 2.0
+
+
+def test_cells_split_at_every_scope_end_and_hold_every_atom_once():
+    scopes = [_week(0), _week(1, (1, 2)), Scope((2,)), None]
+    found = cells(scopes)
+    start = (MONDAY - dt.date(1970, 1, 1)).days
+    for batch in (1, 2, 3):  # batch 3 is named by no scope
+        for day in [*range(start - 3, start + 17), None]:
+            hits = [c for c in found if _holds(c, batch, day, named={1, 2})]
+            assert len(hits) == 1, (batch, day, hits)
+            # and every scope covers the atom exactly when it covers its cell
+            for scope in scopes:
+                assert hits[0].covered_by(scope) == _covers(scope, batch, day)
+
+
+def _holds(cell, batch: int, day: int | None, named: set[int]) -> bool:
+    if cell.batch != (batch if batch in named else None):
+        return False
+    if day is None:
+        return cell.untimed
+    return (
+        not cell.untimed
+        and (cell.low is None or cell.low <= day)
+        and (cell.high is None or day < cell.high)
+    )
+
+
+def _covers(scope, batch: int, day: int | None) -> bool:
+    if scope is None:
+        return True
+    if batch not in scope.batches:
+        return False
+    if scope.day_range() is None:
+        return True
+    return day is not None and scope.day_range()[0] <= day < scope.day_range()[1]
+
+
+def test_windows_follow_the_calendar():
+    assert window_bounds("week", dt.date(2024, 1, 3)) == (MONDAY, dt.date(2024, 1, 8))
+    assert window_bounds("week", dt.date(2024, 1, 7)) == (MONDAY, dt.date(2024, 1, 8))
+    assert window_bounds("month", dt.date(2024, 2, 29)) == (
+        dt.date(2024, 2, 1),
+        dt.date(2024, 3, 1),
+    )
+    assert last_closed("week", dt.date(2024, 1, 10)) == (MONDAY, dt.date(2024, 1, 8))
+    assert last_closed("week", MONDAY) == (dt.date(2023, 12, 25), MONDAY)
+    assert last_closed("month", dt.date(2024, 1, 1)) == (dt.date(2023, 12, 1), MONDAY)
+    assert last_closed("day", dt.date(2024, 1, 1)) == (dt.date(2023, 12, 31), MONDAY)
+    weeks = windows_between("week", dt.date(2024, 1, 3), dt.date(2024, 1, 15))
+    assert [w[0].day for w in weeks] == [1, 8, 15]
+    assert parse_batches("3..5") == (3, 4, 5) and parse_batches("7,1,3") == (1, 3, 7)
+    for bad in ("5..3", "0..2", "a", ""):
+        with pytest.raises(BadInputError):
+            parse_batches(bad)
+
+
+def test_days_are_utc_days_since_the_epoch():
+    ts = pa.array(
+        [
+            dt.datetime(1970, 1, 1, 23, 59, tzinfo=dt.UTC),
+            dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+            dt.datetime(1969, 12, 31, 12, tzinfo=dt.UTC),
+            None,
+        ],
+        pa.timestamp("us", tz="UTC"),
+    )
+    assert days(ts).to_pylist() == [0, 19_723, -1, None]
+
+
+def test_a_request_window_resolves_to_the_last_closed_calendar_window():
+    request = ReleaseRequest(dataset="d", epsilon=1, delta=1e-6, topics=2, window="last-week")
+    spec = RunSpec.from_request(request, "r", "/w")
+    since, until = dt.date.fromisoformat(spec.since), dt.date.fromisoformat(spec.until)
+    today = dt.datetime.now(dt.UTC).date()
+    assert since.weekday() == 0 and until - since == dt.timedelta(days=7)
+    assert until <= today < until + dt.timedelta(days=7)
+    for bad in (
+        {"since": "2024-01-01"},
+        {"since": "2024-02-01", "until": "2024-01-01"},
+        {"window": "last-week", "since": "2024-01-01", "until": "2024-02-01"},
+        {"batches": "2..1"},
+    ):
+        with pytest.raises(BadInputError):
+            ReleaseRequest.build(dataset="d", epsilon=1, delta=1e-6, topics=2, **bad)
+
+
+def _timed(path, start: dt.date, n: int, prefix: str, per_day: int = 3) -> None:
+    rows = [
+        {
+            "doc_id": f"{prefix}{i}",
+            "text": f"word{i % 7} text{i % 5} common",
+            "ts": (start + dt.timedelta(days=i // per_day)).isoformat() + "T12:00:00Z",
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_batch_without_times_after_timed_ones_is_refused_and_nothing_is_stored(
+    tmp_path, workspace, capsys
+):
+    (tmp_path / "plain.jsonl").write_text(json.dumps({"doc_id": "p", "text": "no time"}) + "\n")
+    _timed(tmp_path / "timed.jsonl", MONDAY, 6, "t")
+    ingest(tmp_path / "plain.jsonl", "d", workspace)  # untimed first: allowed
+    ingest(tmp_path / "timed.jsonl", "d", workspace)
+    (tmp_path / "late.jsonl").write_text(json.dumps({"doc_id": "q", "text": "no time"}) + "\n")
+    root = str(workspace.root)
+    assert (
+        main(["ingest", str(tmp_path / "late.jsonl"), "--dataset", "d", "--workspace", root]) == 2
+    )
+    assert "has timestamped documents since batch 2" in capsys.readouterr().err
+    assert [b["timed"] for b in Catalog(workspace).batches("d")] == [False, True]
+
+
+def test_a_dateless_row_in_a_timed_file_is_rejected_for_it(tmp_path, workspace):
+    rows = [{"doc_id": "a", "text": "dated", "ts": "2024-01-01"}, {"doc_id": "b", "text": "x"}]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = ingest(tmp_path / "f.jsonl", "d", workspace)
+    assert (result.n_rows, result.n_rejected) == (1, 1)
+    assert result.examples[0]["reason"] == MISSING_TS
+
+
+def test_partitions_lists_documents_per_batch_and_window(tmp_path, workspace, capsys):
+    _timed(tmp_path / "a.jsonl", MONDAY, 30, "a")  # 10 days from Monday Jan 1
+    _timed(tmp_path / "b.jsonl", dt.date(2024, 1, 15), 9, "b")
+    ingest(tmp_path / "a.jsonl", "d", workspace)
+    ingest(tmp_path / "b.jsonl", "d", workspace)
+    root = str(workspace.root)
+    assert (
+        main(["partitions", "--dataset", "d", "--by", "week", "--json", "--workspace", root]) == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [
+        {"batch": 1, "since": "2024-01-01", "until": "2024-01-08", "documents": 21},
+        {"batch": 1, "since": "2024-01-08", "until": "2024-01-15", "documents": 9},
+        {"batch": 2, "since": "2024-01-15", "until": "2024-01-22", "documents": 9},
+    ]
+    assert main(["partitions", "--dataset", "d", "--workspace", root]) == 0
+    assert "internal counts" in capsys.readouterr().out

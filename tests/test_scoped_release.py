@@ -1,0 +1,167 @@
+"""Releases scoped to partitions through the real flow: they read only their batches and
+days, the manifest names the partitions (never their sizes), and the ledger composes
+releases over disjoint weeks in parallel.
+
+The corpus is PHEME's real tweets; PHEME has no times, so each tweet is given a UTC
+timestamp (tweet i on day i mod 70 from Monday 2024-01-01: ten weeks) and the tweets are
+ingested in two batches. The vocabulary is public (wordfreq), so M2 spends the whole
+budget and each release has one ledger entry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from fdptm.cli import main
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.partitions import day_number, days
+from fdptm.tasks.ingest import ingest
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+MONDAY = dt.date(2024, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def timed_ws(tmp_path_factory, pheme_raw, prefect_harness):
+    from fdptm.storage.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("scoped")
+    texts = json.loads(pheme_raw.read_text())["text"]
+    half = len(texts) // 2
+    for part, rows in enumerate((range(half), range(half, len(texts)))):
+        path = root / f"part{part}.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "doc_id": f"t{i}",
+                        "text": texts[i],
+                        "ts": f"{MONDAY + dt.timedelta(days=i % 70)}T{i % 24:02d}:00:00Z",
+                    }
+                )
+                + "\n"
+                for i in rows
+            )
+        )
+    workspace = Workspace.resolve(root / "ws")
+    for part in (0, 1):
+        ingest(root / f"part{part}.jsonl", "pheme", workspace)
+    return workspace
+
+
+def _release(workspace, *extra: str, epsilon: str = "2") -> int:
+    return main(
+        [
+            "release",
+            "--dataset",
+            "pheme",
+            "--epsilon",
+            epsilon,
+            "--delta",
+            "1e-6",
+            "--topics",
+            "3",
+            "--iterations",
+            "5",
+            "--seed",
+            "3",
+            "--vocabulary",
+            "wordfreq:en:3000",
+            "--no-progress",
+            "--workspace",
+            str(workspace.root),
+            *extra,
+        ]
+    )
+
+
+def _last(workspace) -> tuple[dict, dict]:
+    catalog = Catalog(workspace)
+    run = catalog.query("SELECT run_id, path FROM releases ORDER BY released_at DESC LIMIT 1")[0]
+    manifest = json.loads((workspace.root / run["path"] / "manifest.json").read_text())
+    bounded = catalog.artifact(f"run/{run['run_id']}/bounded_tokens")
+    return manifest, bounded
+
+
+def _in_days(workspace, batches, first: dt.date, end: dt.date) -> int:
+    n = 0
+    for b in Catalog(workspace).batches("pheme"):
+        if b["seq"] in batches:
+            d = days(pq.read_table(workspace.root / b["path"], columns=["ts"]).column("ts"))
+            n += sum(day_number(first) <= x < day_number(end) for x in d.to_pylist())
+    return n
+
+
+def test_week_releases_read_their_days_and_compose_in_parallel(timed_ws, capsys):
+    week = [MONDAY + dt.timedelta(weeks=2), MONDAY + dt.timedelta(weeks=3)]
+    assert _release(timed_ws, "--since", str(week[0]), "--until", str(week[1])) == 0
+    manifest, bounded = _last(timed_ws)
+    assert bounded["n_rows"] == _in_days(timed_ws, (1, 2), *week)
+    partitions = manifest["partitions"]
+    assert {k: partitions[k] for k in ("batches", "since", "until")} == {
+        "batches": [1, 2],
+        "since": "2024-01-15",
+        "until": "2024-01-22",
+    }
+    assert "parallel" in partitions["composition"]
+    assert not any("documents" in k or "rows" in k for k in partitions)
+    scopes = [json.loads(e["scope"]) for e in Catalog(timed_ws).query("SELECT scope FROM ledger")]
+    assert scopes == [{"batches": [1, 2], "since": "2024-01-15", "until": "2024-01-22"}]
+
+    nxt = [week[1], week[1] + dt.timedelta(weeks=1)]
+    assert _release(timed_ws, "--since", str(nxt[0]), "--until", str(nxt[1])) == 0
+    capsys.readouterr()
+    assert main(["budget", "--dataset", "pheme", "--json", "--workspace", str(timed_ws.root)]) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert totals["document"]["epsilon"] == 2.0  # two disjoint weeks: not 4
+
+
+def test_batches_and_releases_left_are_scoped(timed_ws, capsys):
+    assert _release(timed_ws, "--batches", "2") == 0
+    _, bounded = _last(timed_ws)
+    assert bounded["n_rows"] == Catalog(timed_ws).batches("pheme")[1]["n_rows"]
+    root = str(timed_ws.root)
+    assert main(["budget", "--dataset", "pheme", "--cap", "6", "1e-4", "--workspace", root]) == 0
+    # week 8 lies in batch 2 (which the release above read at 2) and batch 1 (untouched):
+    # what remains for it is 6 - 2, shared by --releases-left 2
+    week = [MONDAY + dt.timedelta(weeks=8), MONDAY + dt.timedelta(weeks=9)]
+    assert (
+        _release(
+            timed_ws,
+            "--since",
+            str(week[0]),
+            "--until",
+            str(week[1]),
+            "--releases-left",
+            "2",
+            epsilon="100",
+        )
+        == 0
+    )
+    manifest, _ = _last(timed_ws)
+    assert manifest["guarantee"]["epsilon"] == pytest.approx(2.0)
+    assert (
+        main(
+            [
+                "release",
+                "--dataset",
+                "pheme",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-6",
+                "--topics",
+                "3",
+                "--batches",
+                "9",
+                "--workspace",
+                root,
+            ]
+        )
+        == 2
+    )
+    assert "has no batch 9" in capsys.readouterr().err
