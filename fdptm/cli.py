@@ -1,5 +1,5 @@
-"""The ``fdptm`` command line: demo, ingest, release, compare, audit, report, recover,
-partitions, mechanisms, budget.
+"""The ``fdptm`` command line: demo, ingest, release, backfill, compare, audit, report,
+recover, partitions, mechanisms, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
 says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
@@ -107,6 +107,27 @@ def build_parser() -> argparse.ArgumentParser:
         "(the other release options are taken from the run)",
     )
     rel.add_argument("--no-progress", action="store_true")
+
+    back = sub.add_parser(
+        "backfill",
+        help="release every partition (batch or calendar window) of a range that has no "
+        "release of this request yet, each at its own budget",
+        description="One release per partition; a re-run releases only what is missing and "
+        "resumes an interrupted release. The release options are those of `fdptm release`.",
+    )
+    add_arguments(back, exclude=("batches", "since", "until", "window"), required=False)
+    back.add_argument("--by", required=True, choices=["day", "week", "month", "batch"])
+    back.add_argument(
+        "--from",
+        dest="first",
+        help="first batch number, or first UTC day YYYY-MM-DD (required for windows)",
+    )
+    back.add_argument(
+        "--to",
+        dest="last",
+        help="last batch number or day (default: the last batch, or the last closed window)",
+    )
+    back.add_argument("--dask-address", help="fan the releases out on this Dask scheduler")
 
     cmp = sub.add_parser(
         "compare",
@@ -219,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             "recover": cmd_recover,
             "budget": cmd_budget,
             "mechanisms": cmd_mechanisms,
+            "backfill": cmd_backfill,
             "partitions": cmd_partitions,
         }[args.command](args)
     except FdptmError as exc:
@@ -441,6 +463,26 @@ def _print_release(outcome: dict) -> None:
     for t in outcome["topics"]:
         words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
         print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from fdptm.flows.backfill import run_backfill
+    from fdptm.tasks.backfill import plan_backfill
+
+    request = from_arguments(args)
+    planned = plan_backfill(request, args.by, args.first, args.last)  # refusals before Prefect
+    if not planned:
+        print(f"no closed {args.by} in range: nothing to release")
+        return 0
+    result = running.run(run_backfill, request, args.by, args.first, args.last, args.dask_address)
+    code = 0
+    for r in result["partitions"]:
+        if r["status"] == "failed":
+            print(f"{r['partition']}: failed (exit {r['exit_code']}): {r['error']}")
+            code = code or r["exit_code"]
+        else:
+            print(f"{r['partition']}: {r['status']} {r.get('run_id') or ''}".rstrip())
+    return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

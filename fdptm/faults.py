@@ -11,7 +11,10 @@ under a running release.
 
 ``FDPTM_STOP_AT`` instead stops the process there (SIGSTOP): it stays alive, holding its
 run, until it gets SIGCONT, which lets a test look at a live run deterministically.
-Unset (always, in production), a checkpoint is two dictionary lookups.
+Unset (always, in production), a checkpoint is a few dictionary operations.
+
+``NAME#N`` in either variable acts at the N-th time this process reaches checkpoint NAME
+(``after-bounding#3``: inside the third release of a backfill).
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ STOP_ENV = "FDPTM_STOP_AT"
 SERVER_ENV = "FDPTM_KILL_SERVER_AT"
 
 
+_HITS: dict[str, int] = {}
+
+
 def checkpoint(name: str) -> None:
     """Die by SIGKILL (or stop) here if ``$FDPTM_KILL_AT`` (``$FDPTM_STOP_AT``) names it."""
-    if os.environ.get(ENV) == name:
+    _HITS[name] = _HITS.get(name, 0) + 1
+    if os.environ.get(ENV) in (name, f"{name}#{_HITS[name]}"):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(SERVER_ENV) == name:
         del os.environ[SERVER_ENV]
         for pid in _children(os.getpid()):
             if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
-    if os.environ.get(STOP_ENV) == name:
+    if os.environ.get(STOP_ENV) in (name, f"{name}#{_HITS[name]}"):
         del os.environ[STOP_ENV]  # once: a checkpoint in a loop must not stop it again
         os.kill(os.getpid(), signal.SIGSTOP)
 

@@ -238,6 +238,17 @@ class ReleaseRequest(BaseModel):
         except ValidationError as exc:
             raise BadInputError(describe(exc)) from None
 
+    def key(self, since: str | None, until: str | None) -> str:
+        """A digest of what this request releases with its days resolved to [since,
+        until): equal for two runs of one release, whatever the workspace path it was
+        given as (``fdptm backfill`` skips a partition whose key has a release)."""
+        import hashlib
+        import json
+
+        fields = self.model_dump(mode="json", exclude={"workspace", "window"})
+        fields.update(since=since, until=until)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
     def replace(self, **fields: Any) -> ReleaseRequest:
         """A validated copy with ``fields`` changed."""
         return self.build(**{**self.model_dump(), **fields})

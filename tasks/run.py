@@ -163,7 +163,18 @@ def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
     Raises BadInputError on parameters a mechanism refuses, before anything is reserved.
     Memoised on everything the result depends on, so a process calibrates a run once.
     """
-    public = replace(spec, run_id="", workspace="", bounding_seed=0, seed=None, batches=())
+    public = replace(
+        spec,
+        run_id="",
+        workspace="",
+        bounding_seed=0,
+        seed=None,
+        batches=(),
+        requested_batches=None,
+        request_key="",
+        since=None,
+        until=None,
+    )
     try:
         plan, m1, m2, guarantee = _calibrated(
             json.dumps(encode(public), sort_keys=True), unit.value

@@ -72,6 +72,7 @@ class RunSpec:
     releases_left: int | None = default("releases_left")
     batches: tuple[int, ...] = ()
     requested_batches: str | None = None
+    request_key: str = ""
     since: str | None = None
     until: str | None = None
     bounds: Bounds = field(
@@ -84,9 +85,11 @@ class RunSpec:
     @classmethod
     def from_request(cls, request: ReleaseRequest, run_id: str, workspace: str) -> RunSpec:
         """The run of ``request`` with id ``run_id`` in the (resolved) ``workspace``."""
+        days = _days(request)
         return cls(
             run_id=run_id,
             workspace=workspace,
+            request_key=request.key(**days),
             dataset=request.dataset,
             epsilon=request.epsilon,
             delta=request.delta,
@@ -107,7 +110,7 @@ class RunSpec:
             releases_left=request.releases_left,
             bounds=Bounds(request.max_docs_per_author, request.max_tokens_per_doc),
             requested_batches=request.batches,
-            **_days(request),
+            **days,
         )
 
     @property
@@ -161,18 +164,18 @@ class RunSpec:
         ]
 
     @property
-    def m1(self) -> VocabularyMechanism:
+    def vocabulary_mechanism(self) -> VocabularyMechanism:
         """The run's M1 mechanism; only for a run with a vocabulary stage."""
         return M1_MECHANISMS[self.vocabulary_selection]
 
     @property
     def m1_mechanism(self) -> str:
         """M1's ledger name."""
-        return self.m1.ledger_name(self)
+        return self.vocabulary_mechanism.ledger_name(self)
 
     def m1_params(self, epsilon: float, delta: float) -> M1Params:
         """M1's calibrated parameters for its native budget."""
-        return self.m1.params(self, epsilon, delta)
+        return self.vocabulary_mechanism.params(self, epsilon, delta)
 
     def m2_params(self, epsilon: float, delta: float, unit: Adjacency) -> Any:
         """M2's calibrated parameters for its native budget, on a dataset of ``unit``.

@@ -193,7 +193,9 @@ def vocabulary(spec: RunSpec, bounded: dict) -> dict:
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    chosen = spec.m1.select(load(spec, bounded), public, params, spec.vocabulary_size, noise)
+    chosen = spec.vocabulary_mechanism.select(
+        load(spec, bounded), public, params, spec.vocabulary_size, noise
+    )
     if chosen.prior is not None:
         prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")

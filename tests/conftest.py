@@ -47,3 +47,40 @@ def pheme_raw() -> Path:
     if not PHEME_RAW.exists():
         pytest.fail(f"PHEME data missing at {PHEME_RAW}: ../shared must sit beside the repo")
     return PHEME_RAW
+
+
+TIMED_MONDAY = "2024-01-01"
+
+
+@pytest.fixture(scope="session")
+def timed_pheme(tmp_path_factory, pheme_raw) -> list[Path]:
+    """PHEME's real tweets with timestamps, as two JSONL files (two batches).
+
+    PHEME has no times: tweet i is dated day i mod 70 from Monday 2024-01-01 (ten weeks),
+    hour i mod 24 UTC; the first half of the tweets is the first file.
+    """
+    import datetime as dt
+    import json
+
+    root = tmp_path_factory.mktemp("timed-pheme")
+    texts = json.loads(pheme_raw.read_text())["text"]
+    monday = dt.date.fromisoformat(TIMED_MONDAY)
+    half = len(texts) // 2
+    paths = []
+    for part, rows in enumerate((range(half), range(half, len(texts)))):
+        path = root / f"part{part}.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "doc_id": f"t{i}",
+                        "text": texts[i],
+                        "ts": f"{monday + dt.timedelta(days=i % 70)}T{i % 24:02d}:00:00Z",
+                    }
+                )
+                + "\n"
+                for i in rows
+            )
+        )
+        paths.append(path)
+    return paths

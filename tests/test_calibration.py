@@ -86,8 +86,10 @@ def test_release_defaults_are_the_request_models():
         default = field.get_default(call_default_factory=True)
         assert getattr(cli, name) == default, name
         assert getattr(dep, name) == default, name
-        if hasattr(spec, name) and name != "workspace":
+        if hasattr(spec, name) and name not in ("workspace", "batches"):
             assert getattr(spec, name) == default, name
+    # a spec's batches are the resolved batch numbers; the request's are kept as asked
+    assert spec.requested_batches == ReleaseRequest.model_fields["batches"].get_default()
     assert (
         spec.bounds.max_docs_per_author
         == ReleaseRequest.model_fields["max_docs_per_author"].get_default()

@@ -2,9 +2,8 @@
 days, the manifest names the partitions (never their sizes), and the ledger composes
 releases over disjoint weeks in parallel.
 
-The corpus is PHEME's real tweets; PHEME has no times, so each tweet is given a UTC
-timestamp (tweet i on day i mod 70 from Monday 2024-01-01: ten weeks) and the tweets are
-ingested in two batches. The vocabulary is public (wordfreq), so M2 spends the whole
+The corpus is PHEME's real tweets with assigned timestamps over ten weeks, in two batches
+(the ``timed_pheme`` fixture). The vocabulary is public (wordfreq), so M2 spends the whole
 budget and each release has one ledger entry.
 """
 
@@ -26,30 +25,12 @@ MONDAY = dt.date(2024, 1, 1)
 
 
 @pytest.fixture(scope="module")
-def timed_ws(tmp_path_factory, pheme_raw, prefect_harness):
+def timed_ws(tmp_path_factory, timed_pheme, prefect_harness):
     from fdptm.storage.workspace import Workspace
 
-    root = tmp_path_factory.mktemp("scoped")
-    texts = json.loads(pheme_raw.read_text())["text"]
-    half = len(texts) // 2
-    for part, rows in enumerate((range(half), range(half, len(texts)))):
-        path = root / f"part{part}.jsonl"
-        path.write_text(
-            "".join(
-                json.dumps(
-                    {
-                        "doc_id": f"t{i}",
-                        "text": texts[i],
-                        "ts": f"{MONDAY + dt.timedelta(days=i % 70)}T{i % 24:02d}:00:00Z",
-                    }
-                )
-                + "\n"
-                for i in rows
-            )
-        )
-    workspace = Workspace.resolve(root / "ws")
-    for part in (0, 1):
-        ingest(root / f"part{part}.jsonl", "pheme", workspace)
+    workspace = Workspace.resolve(tmp_path_factory.mktemp("scoped") / "ws")
+    for path in timed_pheme:
+        ingest(path, "pheme", workspace)
     return workspace
 
 

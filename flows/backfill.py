@@ -1,0 +1,86 @@
+"""The backfill flow: one release per partition of a range (``fdptm.tasks.backfill``).
+
+Each partition that needs a release is one task, which runs the ``release`` flow (or
+``resume-release`` for an interrupted one) as a nested flow run, so Prefect's UI shows one
+release per partition under the backfill. The tasks run one after another by default (a
+release already uses every core); ``dask_address`` fans them out on a Dask cluster
+(prefect-dask). Every release reserves its budget through the ledger atomically, so
+partitions released at once can never overspend the cap. A partition that fails (a
+refused budget, a vocabulary too small) is reported and the others go on.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from fdptm.errors import FdptmError
+from fdptm.flows.release import release, resume_release
+from fdptm.request import ReleaseRequest
+from fdptm.tasks.backfill import Partition, plan_backfill
+
+
+@task(name="release-partition", cache_policy=NO_CACHE, retries=0)
+def partition_task(partition: Partition) -> dict:
+    """Release (or resume) one partition; its outcome, never an exception for a refusal."""
+    try:
+        if partition.state == "resume":
+            outcome = resume_release(partition.run_id, partition.request.workspace)
+        else:
+            outcome = release(partition.request)
+    except FdptmError as exc:
+        return {
+            "partition": partition.label,
+            "status": "failed",
+            "exit_code": exc.exit_code,
+            "error": str(exc),
+        }
+    return {
+        "partition": partition.label,
+        "status": "resumed" if partition.state == "resume" else "released",
+        "run_id": outcome["run_id"],
+    }
+
+
+@flow(name="backfill", log_prints=False, retries=0, persist_result=False)
+def backfill(
+    request: ReleaseRequest, by: str, first: str | None = None, last: str | None = None
+) -> dict:
+    """Release every partition of the range that has no release of ``request`` yet."""
+    log = get_run_logger()
+    partitions = plan_backfill(request, by, first, last)
+    pending = [p for p in partitions if p.state != "done"]
+    log.info(
+        "backfill of %s by %s: %d partition(s), %d already released",
+        request.dataset,
+        by,
+        len(partitions),
+        len(partitions) - len(pending),
+    )
+    futures = [partition_task.submit(p) for p in pending]
+    outcomes = {o["partition"]: o for o in (f.result() for f in futures)}
+    results = [
+        outcomes.get(p.label, {"partition": p.label, "status": "skipped", "run_id": p.run_id})
+        for p in partitions
+    ]
+    for r in results:
+        log.info("partition %s: %s", r["partition"], r["status"])
+    return {"dataset": request.dataset, "by": by, "partitions": results}
+
+
+def run_backfill(
+    request: ReleaseRequest,
+    by: str,
+    first: str | None = None,
+    last: str | None = None,
+    dask_address: str | None = None,
+) -> dict:
+    """The backfill flow on one thread, or fanned out on the Dask cluster at ``dask_address``."""
+    if dask_address:
+        from prefect_dask import DaskTaskRunner
+
+        runner = DaskTaskRunner(address=dask_address)
+    else:
+        runner = ThreadPoolTaskRunner(max_workers=1)
+    return backfill.with_options(task_runner=runner)(request, by, first, last)

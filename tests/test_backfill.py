@@ -1,0 +1,107 @@
+"""Backfill through the real CLI, flows and ledger, on PHEME's tweets with assigned times
+over ten weeks (the ``timed_pheme`` fixture): eight weekly windows are released, a re-run
+releases none, the ledger composes them in parallel, and a backfill killed mid-way
+(``kill -9`` inside its fourth release, after it spent and bounded) releases exactly the
+missing windows when run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fdptm.cli import main
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.workspace import Workspace
+from fdptm.tasks.ingest import ingest
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+RANGE = ["--by", "week", "--from", "2024-01-01", "--to", "2024-02-25"]  # 8 Monday weeks
+
+
+def _request(epsilon: str) -> list[str]:
+    return [
+        "--dataset",
+        "pheme",
+        "--epsilon",
+        epsilon,
+        "--delta",
+        "1e-6",
+        "--topics",
+        "3",
+        "--iterations",
+        "3",
+        "--vocabulary",
+        "wordfreq:en:2000",
+        "--seed",
+        "5",
+    ]
+
+
+@pytest.fixture(scope="module")
+def timed_ws(tmp_path_factory, timed_pheme, prefect_harness) -> Workspace:
+    workspace = Workspace.resolve(tmp_path_factory.mktemp("backfill") / "ws")
+    for path in timed_pheme:
+        ingest(path, "pheme", workspace)
+    return workspace
+
+
+def _released(workspace: Workspace, epsilon: float) -> list[str]:
+    rows = Catalog(workspace).query(
+        "SELECT json_extract_string(r.params, '$.since') AS since FROM releases rel"
+        " JOIN runs r USING (run_id)"
+        " WHERE CAST(json_extract(r.params, '$.epsilon') AS DOUBLE) = ? ORDER BY since",
+        [epsilon],
+    )
+    return [r["since"] for r in rows]
+
+
+def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, capsys):
+    root = ["--workspace", str(timed_ws.root)]
+    assert main(["backfill", *_request("1"), *RANGE, *root]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8 and all(" released " in line for line in lines)
+    weeks = _released(timed_ws, 1.0)
+    assert weeks == [
+        "2024-01-01",
+        "2024-01-08",
+        "2024-01-15",
+        "2024-01-22",
+        "2024-01-29",
+        "2024-02-05",
+        "2024-02-12",
+        "2024-02-19",
+    ]
+    assert main(["backfill", *_request("1"), *RANGE, *root]) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert len(again) == 8 and all(": skipped " in line for line in again)
+    assert _released(timed_ws, 1.0) == weeks
+    assert main(["budget", "--dataset", "pheme", "--json", *root]) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert totals["document"]["epsilon"] == 1.0  # eight disjoint weeks at epsilon 1 each
+
+
+def test_a_killed_backfill_releases_exactly_the_missing_weeks_when_run_again(timed_ws):
+    from prefect.settings import PREFECT_API_URL
+
+    args = [sys.executable, "-m", "fdptm.cli", "backfill", *_request("2"), *RANGE]
+    args += ["--workspace", str(timed_ws.root)]
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
+    killed = subprocess.run(
+        args,
+        env={**env, "FDPTM_KILL_AT": "after-bounding#4"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert len(_released(timed_ws, 2.0)) == 3
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    statuses = [line.split(": ")[1].split()[0] for line in again.stdout.splitlines()]
+    assert statuses == ["skipped"] * 3 + ["resumed"] + ["released"] * 4
+    assert len(_released(timed_ws, 2.0)) == 8
