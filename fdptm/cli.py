@@ -20,7 +20,7 @@ from fdptm.errors import BadInputError, FdptmError
 from fdptm.flows import running
 from fdptm.flows.running import STARTUP_TIMEOUT
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
-from fdptm.request import ReleaseRequest, add_arguments, from_arguments, given
+from fdptm.request import SCOPE_FIELDS, ReleaseRequest, add_arguments, from_arguments, given
 from fdptm.request import default as release_default
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="One release per partition; a re-run releases only what is missing and "
         "resumes an interrupted release. The release options are those of `fdptm release`.",
     )
-    add_arguments(back, exclude=("batches", "since", "until", "window"), required=False)
+    add_arguments(back, exclude=SCOPE_FIELDS, required=False)
     back.add_argument("--by", required=True, choices=["day", "week", "month", "batch"])
     back.add_argument(
         "--from",

@@ -36,6 +36,8 @@ from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, pars
 SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
 LastWindow = Literal["last-day", "last-week", "last-month"]
+SCOPE_FIELDS = ("batches", "since", "until", "window")
+"""The fields that choose a release's partitions (a backfill chooses them itself)."""
 
 
 class ReleaseRequest(BaseModel):

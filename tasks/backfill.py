@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fdptm.errors import BadInputError
-from fdptm.request import ReleaseRequest
+from fdptm.request import SCOPE_FIELDS, ReleaseRequest
 from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.partitions import WINDOWS, window_bounds, windows_between
@@ -35,7 +35,6 @@ from fdptm.tasks import run as lifecycle
 from fdptm.tasks.spec import RunSpec
 
 BY = (*WINDOWS, "batch")
-SCOPE_FIELDS = ("batches", "since", "until", "window")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fdptm.deployments.scheduled_release import WEEKLY, build, from_args
 from fdptm.request import ReleaseRequest
 
@@ -53,3 +55,19 @@ def test_audited_release_deployment_is_monthly_with_its_audit_parameters():
     assert dep.name == "monthly-audited-release" and dep.flow_name == "audited-release"
     assert dep.schedules[0].schedule.cron == MONTHLY
     assert dep.parameters["shadows"] == 32 and dep.parameters["request"]["mechanism"] == "dp-vi"
+
+
+def test_backfill_deployment_carries_the_request_and_the_range():
+    from fdptm.deployments.backfill import from_args as backfill_from_args
+
+    args = ["--dataset", "news", "--epsilon", "1", "--delta", "1e-6", "--topics", "5"]
+    dep = backfill_from_args([*args, "--by", "week", "--from", "2024-01-01"])
+    assert dep.name == "backfill" and dep.flow_name == "backfill" and not dep.schedules
+    assert {k: dep.parameters[k] for k in ("by", "first", "last")} == {
+        "by": "week",
+        "first": "2024-01-01",
+        "last": None,
+    }
+    assert ReleaseRequest(**dep.parameters["request"]).window is None
+    with pytest.raises(SystemExit):  # the backfill chooses the partitions: no --since
+        backfill_from_args([*args, "--by", "week", "--since", "2024-01-01"])

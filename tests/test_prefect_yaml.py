@@ -27,7 +27,7 @@ def _prefect(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_prefect_deploy_all_registers_both_deployments_on_the_process_pool():
+def test_prefect_deploy_all_registers_every_deployment_on_the_process_pool():
     from prefect.client.orchestration import get_client
     from prefect.utilities.asyncutils import run_coro_as_sync
 
@@ -41,12 +41,17 @@ def test_prefect_deploy_all_registers_both_deployments_on_the_process_pool():
         async with get_client() as client:
             return await client.read_deployment_by_name(name)
 
-    for flow_name, spec in zip(["release", "audited-release"], declared, strict=True):
+    flows = ["release", "release", "audited-release", "backfill"]
+    for flow_name, spec in zip(flows, declared, strict=True):
         d = run_coro_as_sync(read(f"{flow_name}/{spec['name']}"))
         assert d.work_pool_name == "fdptm-process"
-        assert [s.schedule.cron for s in d.schedules] == [spec["schedules"][0]["cron"]]
+        crons = [s["cron"] for s in spec.get("schedules", [])]
+        assert [s.schedule.cron for s in d.schedules] == crons
         request = ReleaseRequest.build(**d.parameters["request"])
         assert (request.dataset, request.epsilon, request.topics) == ("lee", 5.0, 5)
+        assert request.window == ("last-week" if spec["name"] == "weekly-window-release" else None)
+        if flow_name == "backfill":
+            assert d.parameters["by"] == "batch"
         assert d.pull_steps[0]["prefect.deployments.steps.set_working_directory"] == {
             "directory": str(ROOT)
         }
