@@ -129,6 +129,45 @@ class Dataset:
         from fdptm.flows.release import release
         from fdptm.tasks import run as lifecycle
 
+        request = self._request(request, fields)
+        lifecycle.preflight(request)
+        running.prepare_prefect()
+        outcome = running.run(release, request)
+        return load_release(outcome["release_path"])
+
+    def backfill(
+        self,
+        request: ReleaseRequest | None = None,
+        /,
+        *,
+        by: str,
+        first: str | None = None,
+        last: str | None = None,
+        dask_address: str | None = None,
+        **fields: Any,
+    ) -> list[dict]:
+        """``fdptm backfill``: one release per partition of the range (``by`` batch, day,
+        week or month; ``first``/``last`` batch numbers or ISO days) that has none of this
+        request yet. Returns each partition's outcome (released, resumed, skipped, failed)."""
+        from fdptm.flows import running
+        from fdptm.flows.backfill import run_backfill
+        from fdptm.tasks.backfill import plan_backfill
+
+        request = self._request(request, fields)
+        plan_backfill(request, by, first, last)  # refusals before Prefect starts
+        running.prepare_prefect()
+        return running.run(run_backfill, request, by, first, last, dask_address)["partitions"]
+
+    def partitions(self, by: str = "day") -> list[dict]:
+        """``fdptm partitions --json``: documents per batch and ``by`` window. Internal
+        counts of private data: never publish them."""
+        from fdptm.storage.partitions import atoms
+
+        catalog = self._existing()
+        return atoms(self.workspace.path, catalog.batches(self.name), by)
+
+    def _request(self, request: ReleaseRequest | None, fields: dict[str, Any]) -> ReleaseRequest:
+        """``request`` (or one built from ``fields``) for this dataset in this workspace."""
         if request is None:
             request = ReleaseRequest.build(dataset=self.name, **fields)
         elif fields:
@@ -145,11 +184,7 @@ class Dataset:
                 f"the request names workspace {request.workspace!r}, not {self.workspace.path}; "
                 "leave workspace out of a request made through a Workspace"
             )
-        request = request.replace(workspace=str(self.workspace.path))
-        lifecycle.preflight(request)
-        running.prepare_prefect()
-        outcome = running.run(release, request)
-        return load_release(outcome["release_path"])
+        return request.replace(workspace=str(self.workspace.path))
 
     def compare(
         self, epsilon: float, delta: float, topics: int, mechanisms: list[str], **options: Any

@@ -105,3 +105,24 @@ def test_a_killed_backfill_releases_exactly_the_missing_weeks_when_run_again(tim
     statuses = [line.split(": ")[1].split()[0] for line in again.stdout.splitlines()]
     assert statuses == ["skipped"] * 3 + ["resumed"] + ["released"] * 4
     assert len(_released(timed_ws, 2.0)) == 8
+
+
+def test_the_python_api_lists_partitions_and_backfills_batches(timed_ws):
+    import fdptm
+
+    pheme = fdptm.Workspace(timed_ws.root).dataset("pheme")
+    weeks = pheme.partitions(by="week")
+    assert {(w["batch"], w["since"]) for w in weeks} >= {(1, "2024-01-01"), (2, "2024-03-04")}
+    assert sum(w["documents"] for w in weeks) == sum(
+        b["n_rows"] for b in Catalog(timed_ws).batches("pheme")
+    )
+    fields = {"epsilon": 3, "delta": 1e-6, "topics": 3, "iterations": 3, "seed": 5}
+    fields["vocabulary"] = "wordfreq:en:2000"
+    first = pheme.backfill(by="batch", **fields)
+    assert [(p["partition"], p["status"]) for p in first] == [
+        ("batch 1", "released"),
+        ("batch 2", "released"),
+    ]
+    again = pheme.backfill(by="batch", **fields)
+    assert [p["status"] for p in again] == ["skipped", "skipped"]
+    assert [p["run_id"] for p in again] == [p["run_id"] for p in first]
