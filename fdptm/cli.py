@@ -1,5 +1,5 @@
 """The ``fdptm`` command line: demo, ingest, release, backfill, compare, audit, report,
-recover, partitions, mechanisms, budget.
+recover, gc, partitions, mechanisms, budget.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
 says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
@@ -191,6 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--dataset", help="only this dataset's runs")
     workspace(rec)
 
+    gc = sub.add_parser(
+        "gc",
+        help="remove internal artifacts of finished runs that no resume or audit needs",
+    )
+    gc.add_argument("--dataset", help="only this dataset's runs")
+    gc.add_argument(
+        "--audit-inputs",
+        action="store_true",
+        help="also the audit inputs of releases not audited yet (they can then never be)",
+    )
+    workspace(gc)
+
     parts = sub.add_parser(
         "partitions",
         help="a dataset's batches and time windows with their document counts (internal)",
@@ -242,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "mechanisms": cmd_mechanisms,
             "backfill": cmd_backfill,
             "partitions": cmd_partitions,
+            "gc": cmd_gc,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -603,6 +616,20 @@ def cmd_recover(args: argparse.Namespace) -> int:
             f"{r.spent} spent entr(y/ies) kept"
             + (f"; resume with `fdptm release --resume {r.run_id}`" if r.spent else "")
         )
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from fdptm.storage.retention import collect
+    from fdptm.storage.workspace import Workspace
+
+    done = collect(
+        Workspace.resolve(args.workspace).require(), args.dataset, audit_inputs=args.audit_inputs
+    )
+    for c in done:
+        print(f"{c.run_id}: removed {len(c.artifacts)} artifact(s), {c.bytes / 1e6:.2f} MB")
+    total = sum(c.bytes for c in done) / 1e6
+    print(f"{len(done)} run(s) collected, {total:.2f} MB freed; releases and the ledger untouched")
     return 0
 
 

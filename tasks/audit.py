@@ -163,6 +163,12 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
     m2 = budget.stage("train")
     m1 = budget.stage("vocabulary") if "vocabulary" in run.dp_stages else None
     bounded_row = catalog.artifact(f"run/{spec.run_id}/bounded_tokens")
+    if bounded_row is None or catalog.artifact(f"run/{spec.run_id}/sanitized_tokens") is None:
+        raise BadInputError(
+            f"run {spec.run_id}'s internal inputs (its bounded and sanitized tokens) were "
+            "removed by `fdptm gc --audit-inputs`, or the run stored none: it can no longer "
+            "be audited"
+        )
     n_docs = bounded_row["n_rows"]
     if n_docs < 20:
         raise BadInputError(f"the run has {n_docs} documents; an audit needs at least 20")
