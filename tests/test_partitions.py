@@ -261,3 +261,33 @@ def test_partitions_lists_documents_per_batch_and_window(tmp_path, workspace, ca
     ]
     assert main(["partitions", "--dataset", "d", "--workspace", root]) == 0
     assert "internal counts" in capsys.readouterr().out
+
+
+def test_a_run_over_days_skips_reading_batches_without_those_days_but_scopes_them_all(
+    tmp_path, workspace
+):
+    from fdptm.tasks import stages
+
+    _timed(tmp_path / "jan.jsonl", MONDAY, 9, "j")  # Jan 1-3
+    _timed(tmp_path / "mar.jsonl", dt.date(2024, 3, 4), 9, "m")  # Mar 4-6
+    for name in ("jan", "mar"):
+        ingest(tmp_path / f"{name}.jsonl", "d", workspace)
+    assert [(b["first_day"], b["last_day"]) for b in Catalog(workspace).batches("d")] == [
+        (19_723, 19_725),
+        (19_786, 19_788),
+    ]
+    spec = RunSpec(
+        "r",
+        str(workspace.root),
+        "d",
+        1.0,
+        1e-6,
+        2,
+        batches=(1, 2),
+        since="2024-03-04",
+        until="2024-03-11",
+    )
+    assert [b["seq"] for b in stages.read_batches(spec)] == [2]
+    assert spec.scope.batches == (1, 2)
+    whole = RunSpec("r", str(workspace.root), "d", 1.0, 1e-6, 2, batches=(1, 2))
+    assert [b["seq"] for b in stages.read_batches(whole)] == [1, 2]
