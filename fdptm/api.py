@@ -158,13 +158,16 @@ class Dataset:
         running.prepare_prefect()
         return running.run(run_backfill, request, by, first, last, dask_address)["partitions"]
 
-    def partitions(self, by: str = "day") -> list[dict]:
-        """``fdptm partitions --json``: documents per batch and ``by`` window. Internal
-        counts of private data: never publish them."""
-        from fdptm.storage.partitions import atoms
+    def partitions(self, counts: bool = False, by: str = "day") -> list[dict]:
+        """``fdptm partitions --json``: the batches (number, source, timed, ingest time);
+        with ``counts`` the documents per batch and ``by`` window instead: internal counts
+        of private data, never to publish or to choose a release's scope from."""
+        from fdptm.storage import partitions
 
-        catalog = self._existing()
-        return atoms(self.workspace.path, catalog.batches(self.name), by)
+        batches = self._existing().batches(self.name)
+        if counts:
+            return partitions.counts(self.workspace.path, batches, by)
+        return partitions.listing(batches)
 
     def _request(self, request: ReleaseRequest | None, fields: dict[str, Any]) -> ReleaseRequest:
         """``request`` (or one built from ``fields``) for this dataset in this workspace."""

@@ -205,9 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     parts = sub.add_parser(
         "partitions",
-        help="a dataset's batches and time windows with their document counts (internal)",
+        help="a dataset's batches (and with --counts its documents per window: internal)",
     )
     parts.add_argument("--dataset", required=True)
+    parts.add_argument(
+        "--counts",
+        action="store_true",
+        help="also the documents per batch and window (private: never choose a scope from them)",
+    )
     parts.add_argument("--by", choices=["day", "week", "month"], default="day")
     parts.add_argument("--json", action="store_true")
     workspace(parts)
@@ -493,6 +498,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if r["status"] == "failed":
             print(f"{r['partition']}: failed (exit {r['exit_code']}): {r['error']}")
             code = code or r["exit_code"]
+        elif r["status"] == "not-retried":
+            print(
+                f"{r['partition']}: not-retried {r['run_id']} (it spent and cannot go on: its "
+                "M2 was refunded; release this partition by hand with other parameters)"
+            )
+            code = code or 2
         else:
             print(f"{r['partition']}: {r['status']} {r.get('run_id') or ''}".rstrip())
     return code
@@ -635,7 +646,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_partitions(args: argparse.Namespace) -> int:
     from fdptm.storage.catalog import Catalog
-    from fdptm.storage.partitions import atoms
+    from fdptm.storage.partitions import counts, listing
     from fdptm.storage.workspace import Workspace, check_name
 
     check_name(args.dataset)
@@ -643,13 +654,24 @@ def cmd_partitions(args: argparse.Namespace) -> int:
     catalog = Catalog(workspace)
     if catalog.dataset(args.dataset) is None:
         raise BadInputError(f"no dataset named {args.dataset!r}; ingest it first")
-    rows = atoms(workspace.root, catalog.batches(args.dataset), args.by)
+    batches = catalog.batches(args.dataset)
+    rows = counts(workspace.root, batches, args.by) if args.counts else listing(batches)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if not args.counts:
+        print(f"dataset {args.dataset!r}: its batches")
+        print(f"{'batch':>5}  {'timed':<5}  {'ingested at':<32}  source")
+        for r in rows:
+            print(
+                f"{r['batch']:>5}  {'yes' if r['timed'] else 'no':<5}  {r['ingested_at']:<32}  "
+                f"{r['source']}"
+            )
+        return 0
     print(
-        f"dataset {args.dataset!r}: documents per batch and {args.by} (internal counts: "
-        "never publish them)"
+        f"dataset {args.dataset!r}: documents per batch and {args.by}. Internal counts of "
+        "private data: never publish them, and never choose a release's scope from them "
+        "(which windows hold documents is itself private)"
     )
     print(f"{'batch':>5}  {'since':<10}  {'until':<10}  documents")
     for r in rows:

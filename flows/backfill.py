@@ -6,7 +6,8 @@ release per partition under the backfill. The tasks run one after another by def
 release already uses every core); ``dask_address`` fans them out on a Dask cluster
 (prefect-dask). Every release reserves its budget through the ledger atomically, so
 partitions released at once can never overspend the cap. A partition that fails (a
-refused budget, a vocabulary too small) is reported and the others go on.
+refused budget, a vocabulary too small) is reported and the others go on; one whose
+release spent and cannot go on is reported as ``not-retried``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from fdptm.errors import FdptmError
 from fdptm.flows.release import release, resume_release
 from fdptm.request import ReleaseRequest
 from fdptm.tasks.backfill import Partition, plan_backfill
+
+_SKIPPED = {"done": "skipped", "failed": "not-retried"}
 
 
 @task(name="release-partition", cache_policy=NO_CACHE, retries=0)
@@ -50,7 +53,7 @@ def backfill(
     """Release every partition of the range that has no release of ``request`` yet."""
     log = get_run_logger()
     partitions = plan_backfill(request, by, first, last)
-    pending = [p for p in partitions if p.state != "done"]
+    pending = [p for p in partitions if p.state in ("new", "resume")]
     log.info(
         "backfill of %s by %s: %d partition(s), %d already released",
         request.dataset,
@@ -61,7 +64,9 @@ def backfill(
     futures = [partition_task.submit(p) for p in pending]
     outcomes = {o["partition"]: o for o in (f.result() for f in futures)}
     results = [
-        outcomes.get(p.label, {"partition": p.label, "status": "skipped", "run_id": p.run_id})
+        outcomes[p.label]
+        if p.label in outcomes
+        else {"partition": p.label, "status": _SKIPPED[p.state], "run_id": p.run_id}
         for p in partitions
     ]
     for r in results:

@@ -61,11 +61,16 @@ This needs x to lie in one atom, for every neighbour the unit allows:
   document can only evict documents a run covering its atom reads.
 - an author of an author-level dataset writes in many batches and weeks: their atoms are
   not disjoint, so the author level composes sequentially (every entry counts).
-- replace notions (``*-replace``) move x from one atom to another (and a replace-DP run
-  that sees only the removal has no guarantee), and word-level spends are never stated
-  at these units: both compose sequentially.
+- replace notions (``*-replace``) let a replacement move x from one atom to another, and a
+  replace-DP run whose scope holds only one side sees an addition or a removal, which
+  replace-one DP does not bound: a release with a replace-level stage may not be scoped
+  (``tasks.run.validate``), and totals at replace units compose sequentially. Word-level
+  spends are never stated at the document level.
 
-Random-DP notions are combined over every entry, whatever their scopes (conservative).
+Outside this argument, as before scopes: a scoped run preprocesses whole batches (those
+that can hold its days), so a failure in that step can depend on documents outside its
+days; and its manifest commits to whole batch files (keyed HMACs). Random-DP notions are
+combined over every entry, whatever their scopes (conservative).
 """
 
 from __future__ import annotations
@@ -74,7 +79,6 @@ import json
 import uuid
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from itertools import pairwise
 from typing import Any
 
 from fdptm.errors import BadInputError, BudgetRefusedError, FdptmError
@@ -133,41 +137,46 @@ def parallel_at(unit: Adjacency, *, authors_are_documents: bool) -> bool:
     return unit == Adjacency.DOCUMENT or (unit == Adjacency.AUTHOR and authors_are_documents)
 
 
-@dataclass(frozen=True)
-class Cell:
-    """A set of atoms every scope covers alike: one batch (None: any batch no scope names)
-    and a day interval [low, high) (None ends: unbounded), or the untimed rows."""
-
-    batch: int | None
-    low: int | None
-    high: int | None
-    untimed: bool = False
-
-    def covered_by(self, scope: Scope | None) -> bool:
-        if scope is None:
-            return True
-        if self.batch is None or self.batch not in scope.batches:
-            return False
-        days = scope.day_range()
-        if days is None:
-            return True
-        if self.untimed:
-            return False
-        day = self.low if self.low is not None else days[0] - 1
-        return days[0] <= day < days[1]
-
-
-def cells(scopes: list[Scope | None], within: Scope | None = None) -> list[Cell]:
-    """Cells that together hold every atom, each covered alike by every scope (split at
-    every scope's batches and day ends); only the cells inside ``within`` when given."""
-    split = [s for s in [*scopes, within] if s is not None]
-    batches = sorted({b for s in split for b in s.batches})
-    points = sorted({d for s in split if s.windowed for d in s.day_range()})
-    bounds = [None, *points, None]
-    out = [Cell(b, low, high) for b in [*batches, None] for low, high in pairwise(bounds)] + [
-        Cell(b, None, None, untimed=True) for b in [*batches, None]
-    ]
-    return out if within is None else [c for c in out if c.covered_by(within)]
+def most_spent_atom(
+    spends: list[tuple[Decimal, Decimal]], scopes: list[Scope | None], within: Scope | None = None
+) -> tuple[Decimal, Decimal]:
+    """The most (epsilon, delta) that any atom has spent, each maximised over atoms, where
+    spend i covers the atoms of ``scopes[i]`` (None: every atom); only atoms of ``within``
+    when given. Exact (decimal sums), and never listing atoms: batches named by the same
+    scopes form one group, and each group's days are swept once (spends are >= 0, so the
+    maximum is the group's whole-batch spends plus the most its day windows pile up)."""
+    named = sorted({b for s in [*scopes, within] if s is not None for b in s.batches})
+    members = [None if s is None else frozenset(s.batches) for s in scopes]
+    allowed = None if within is None else frozenset(within.batches)
+    groups: dict[frozenset[int], None] = {}
+    for batch in [*named, None]:  # None: any batch no scope names
+        if allowed is not None and batch not in allowed:
+            continue
+        groups[frozenset(i for i, m in enumerate(members) if m is None or batch in m)] = None
+    first, end = within.day_range() if within is not None and within.windowed else (None, None)
+    best = [Decimal(0), Decimal(0)]
+    for covering in groups:
+        base = [Decimal(0), Decimal(0)]
+        steps: dict[int, list[Decimal]] = {}
+        for i in covering:
+            days = None if scopes[i] is None else scopes[i].day_range()
+            if days is None:
+                base = [base[0] + spends[i][0], base[1] + spends[i][1]]
+                continue
+            low = days[0] if first is None else max(days[0], first)
+            high = days[1] if end is None else min(days[1], end)
+            if low >= high:
+                continue
+            for day, sign in ((low, 1), (high, -1)):
+                step = steps.setdefault(day, [Decimal(0), Decimal(0)])
+                step[0] += sign * spends[i][0]
+                step[1] += sign * spends[i][1]
+        running, peak = [Decimal(0), Decimal(0)], [Decimal(0), Decimal(0)]
+        for day in sorted(steps):
+            running = [running[0] + steps[day][0], running[1] + steps[day][1]]
+            peak = [max(peak[0], running[0]), max(peak[1], running[1])]
+        best = [max(best[0], base[0] + peak[0]), max(best[1], base[1] + peak[1])]
+    return best[0], best[1]
 
 
 def compose_over_atoms(
@@ -214,12 +223,8 @@ def _atom_totals(
             exact_sum(c.epsilon_out for c in whole.conversions),
             exact_sum(c.delta_out for c in whole.conversions),
         )
-    best_eps = best_delta = Decimal(0)
-    for cell in cells(scopes, within):
-        chosen = [c for c, s in zip(whole.conversions, scopes, strict=True) if cell.covered_by(s)]
-        best_eps = max(best_eps, exact_sum(c.epsilon_out for c in chosen))
-        best_delta = max(best_delta, exact_sum(c.delta_out for c in chosen))
-    return whole, best_eps, best_delta
+    spent = [(exact(c.epsilon_out), exact(c.delta_out)) for c in whole.conversions]
+    return whole, *most_spent_atom(spent, scopes, within)
 
 
 PARALLEL = "parallel composition over the partitions (the most any one atom has spent)"
@@ -573,8 +578,8 @@ def _check_cap(
     )
     need_eps = exact_sum(c.epsilon_out for c in need.conversions)
     need_delta = exact_sum(c.delta_out for c in need.conversions)
-    left_eps = max(exact(cap.epsilon) - spent_eps, 0)
-    left_delta = max(exact(cap.delta) - spent_delta, 0)
+    left_eps = max(exact(cap.epsilon) - spent_eps, Decimal(0))
+    left_delta = max(exact(cap.delta) - spent_delta, Decimal(0))
     if need_eps > left_eps or need_delta > left_delta:
         short = " and ".join(
             f"{name} (needs {_show(n)}, {_show(left)} remain)"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -159,31 +160,42 @@ class Scope:
         return pc.fill_null(inside, False)
 
 
-def atoms(root, batches: list[dict], by: str = "day") -> list[dict]:
-    """Documents per (batch, window) of a dataset's ``batches`` (catalog rows), windows of
-    kind ``by`` (day, week, month): what ``fdptm partitions`` shows the operator. Internal:
-    counts of private data, never part of a release."""
+def listing(batches: list[dict]) -> list[dict]:
+    """The dataset's batches as the operator made them (number, source file, whether it
+    is timestamped, when it was ingested): facts about ingestion, not about the data, from
+    which scopes may be chosen."""
+    return [
+        {
+            "batch": b["seq"],
+            "source": Path(b["source"]).name,
+            "timed": bool(b["timed"]),
+            "ingested_at": b["created_at"].isoformat(),
+        }
+        for b in batches
+    ]
+
+
+def counts(root: Path, batches: list[dict], by: str = "day") -> list[dict]:
+    """Documents per (batch, window) of ``by`` (day, week, month), only the windows that
+    hold documents. Internal counts of private data, for the operator's eyes: which
+    windows hold documents is itself private, so a scope chosen from these counts (and
+    published in its manifest) can reveal them."""
+    import numpy as np
     import pyarrow.parquet as pq
 
     out = []
     for b in batches:
         ts = pq.read_table(root / b["path"], columns=["ts"]).column("ts")
-        numbers = days(ts).to_numpy(zero_copy_only=False)
         if not b["timed"]:
             out.append({"batch": b["seq"], "since": None, "until": None, "documents": len(ts)})
             continue
-        counts: dict[tuple[dt.date, dt.date], int] = {}
-        for number, n in zip(*_unique(numbers), strict=True):
+        per_window: dict[tuple[dt.date, dt.date], int] = {}
+        numbers, n = np.unique(days(ts).to_numpy(zero_copy_only=False), return_counts=True)
+        for number, k in zip(numbers, n, strict=True):
             key = window_bounds(by, day_of(int(number)))
-            counts[key] = counts.get(key, 0) + int(n)
+            per_window[key] = per_window.get(key, 0) + int(k)
         out += [
-            {"batch": b["seq"], "since": s.isoformat(), "until": u.isoformat(), "documents": n}
-            for (s, u), n in sorted(counts.items())
+            {"batch": b["seq"], "since": s.isoformat(), "until": u.isoformat(), "documents": k}
+            for (s, u), k in sorted(per_window.items())
         ]
     return out
-
-
-def _unique(values):
-    import numpy as np
-
-    return np.unique(values, return_counts=True)

@@ -8,6 +8,9 @@ of a kind between two days) and what each needs:
 * ``resume``: a release of it failed or died after spending (an interrupted backfill);
   it is resumed (``fdptm release --resume``): stored stages are reused and only a DP stage
   that started and stored nothing is charged again.
+* ``failed``: a release of it spent and cannot go on (its M2 was refunded because the DP
+  vocabulary was too small): it is not tried again with the same request, which would
+  spend again and most likely fail again; release it by hand with other parameters.
 * ``new``: a new release.
 
 The range comes from the operator and the calendar, never from the data: a time range
@@ -43,7 +46,7 @@ class Partition:
 
     label: str
     request: ReleaseRequest
-    state: Literal["done", "resume", "new"]
+    state: Literal["done", "resume", "new", "failed"]
     run_id: str | None = None
 
 
@@ -143,5 +146,9 @@ def _state(catalog: Catalog, label: str, request: ReleaseRequest) -> Partition:
     if done := [r for r in runs if r["released"]]:
         return Partition(label, request, "done", done[0]["run_id"])
     if failed := [r for r in runs if r["status"] == "failed" and r["spent"]]:
+        try:
+            lifecycle.resumable(catalog.workspace, failed[-1]["run_id"])
+        except BadInputError:  # spent, and cannot go on (M2 refunded: a vocabulary too small)
+            return Partition(label, request, "failed", failed[-1]["run_id"])
         return Partition(label, request, "resume", failed[-1]["run_id"])
     return Partition(label, request, "new")

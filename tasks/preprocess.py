@@ -118,8 +118,8 @@ def preprocess_batch(
     (path relative to the workspace, hash).
     """
     name = (
-        f"tokens/{_TOKENS_VERSION}/{batch['dataset']}/{batch['seq']}/{batch['sha256'][:16]}/"
-        f"{cfg.digest()}"
+        f"tokens/{batch['dataset']}/{batch['seq']}/{batch['sha256'][:16]}/"
+        f"{_TOKENS_VERSION}-{cfg.digest()}"
     )
     cached = catalog.artifact(name)
     if cached is not None and intact(workspace.root / cached["path"], cached["sha256"]):

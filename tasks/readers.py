@@ -62,6 +62,10 @@ _CSV_SHAPE = re.compile(r"Expected (\d+) columns, got (\d+)")
 _NAMES_SHOWN = 20
 
 
+ABSENT = object()
+"""A key an object of a JSON/JSONL file lacks (``_records``)."""
+
+
 def quote(name: str) -> str:
     """A column name for a message: quoted, escaped (no control characters) and at most
     80 characters long."""
@@ -185,8 +189,11 @@ def read_rows(path: Path, fmt: str | None = None, columns: ColumnMap | None = No
         raise BadInputError(f"{path} holds no rows: an empty corpus cannot be ingested")
     mapping = columns.resolve(found, path)
     ignored = [c for c in found if c not in mapping.values()]
+    fields = {f: read(c) for f, c in mapping.items()}
+    if fmt in ("json", "jsonl"):
+        _no_absent(fields, mapping, path)
     rows = Rows(
-        {f: read(c) for f, c in mapping.items()},
+        fields,
         mapping,
         ignored,
         not_columns,
@@ -406,6 +413,24 @@ def _from_json(text: str, path: Path):
 
 
 def _records(records: list[dict[str, Any]]):
-    """Columns of a list of objects: every key any object has, in order of appearance."""
+    """Columns of a list of objects: every key any object has, in order of appearance
+    (``ABSENT`` where an object lacks the key, so the time column can be checked)."""
     found = list(dict.fromkeys(k for r in records for k in r))
-    return found, len(records), lambda name: [r.get(name) for r in records], []
+    return found, len(records), lambda name: [r.get(name, ABSENT) for r in records], []
+
+
+def _no_absent(columns: dict[str, list[Any]], mapping: dict[str, str], path: Path) -> None:
+    """Refuse a record file whose time key only some objects have: whether the file is
+    timestamped (which rejects rows without a time, and fixes whether later files need
+    one) must not hang on one document's keys. Elsewhere a missing key is a null value."""
+    if "ts" in columns:
+        missing = sum(v is ABSENT for v in columns["ts"])
+        if missing:
+            raise BadInputError(
+                f"{path}: {missing} of {len(columns['ts'])} objects lack the time key "
+                f"{quote(mapping['ts'])}: give every object a time, or no object one"
+            )
+    for values in columns.values():
+        for i, v in enumerate(values):
+            if v is ABSENT:
+                values[i] = None

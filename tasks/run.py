@@ -98,6 +98,16 @@ def validate(spec: RunSpec) -> None:
         value = getattr(spec, name)
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
             raise BadInputError(f"{name} must be a finite number > 0, got {value!r}")
+    if spec.requested_batches is not None or spec.since is not None:
+        replaced = {spec.m2.adjacency_for(u) for u in (Adjacency.AUTHOR, Adjacency.DOCUMENT)}
+        if replaced & {Adjacency.AUTHOR_REPLACE, Adjacency.DOCUMENT_REPLACE}:
+            raise BadInputError(
+                f"{spec.mechanism!r} is DP under replace-one adjacency, and a replacement may "
+                "move a document to another batch or day: a release of some partitions would "
+                "see it as an addition or a removal, which replace-one DP does not bound. "
+                "Release the whole dataset (no --batches, --since or --window), or use an "
+                "add/remove mechanism such as dp-vi"
+            )
     if spec.seed is not None and not (isinstance(spec.seed, int) and 0 <= spec.seed < 2**63):
         raise BadInputError(f"seed must be an integer in [0, 2**63), got {spec.seed!r}")
 
@@ -354,7 +364,7 @@ def spec_of(workspace: Workspace, run_id: str) -> RunSpec:
     return RunSpec(**params, seed=calibration.seed, bounding_seed=calibration.bounding_seed)
 
 
-def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, list[str]]:
+def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, list[str]]:
     """A failed release's spec, calibration and lost DP stages; BadInputError otherwise.
 
     A DP stage is lost when its mechanism started under the stage's current ledger entry
@@ -405,7 +415,7 @@ def _resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration,
 def preflight_resume(workspace: Workspace, run_id: str) -> list[str]:
     """The checks of ``--resume`` before Prefect starts; the lost stages to re-reserve."""
     recovery.recover(workspace)
-    spec, calibration, lost = _resumable(workspace, run_id)
+    spec, calibration, lost = resumable(workspace, run_id)
     if lost:
         plan = replace(calibration.plan, stages=[calibration.plan.stage(s) for s in lost])
         Ledger(Catalog(workspace)).check(spec.dataset, plan, calibration.accounting(), spec.scope)
@@ -421,7 +431,7 @@ def prepare_resume(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibrat
     recovery.recover(workspace)
     owner = recovery.claim(workspace, run_id)
     try:
-        spec, calibration, lost = _resumable(workspace, run_id)
+        spec, calibration, lost = resumable(workspace, run_id)
         catalog = Catalog(workspace)
         ledger = Ledger(catalog)
         with catalog.transaction() as con:

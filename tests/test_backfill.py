@@ -111,7 +111,8 @@ def test_the_python_api_lists_partitions_and_backfills_batches(timed_ws):
     import fdptm
 
     pheme = fdptm.Workspace(timed_ws.root).dataset("pheme")
-    weeks = pheme.partitions(by="week")
+    assert [b["batch"] for b in pheme.partitions()] == [1, 2]
+    weeks = pheme.partitions(counts=True, by="week")
     assert {(w["batch"], w["since"]) for w in weeks} >= {(1, "2024-01-01"), (2, "2024-03-04")}
     assert sum(w["documents"] for w in weeks) == sum(
         b["n_rows"] for b in Catalog(timed_ws).batches("pheme")
@@ -126,3 +127,21 @@ def test_the_python_api_lists_partitions_and_backfills_batches(timed_ws):
     again = pheme.backfill(by="batch", **fields)
     assert [p["status"] for p in again] == ["skipped", "skipped"]
     assert [p["run_id"] for p in again] == [p["run_id"] for p in first]
+
+
+def test_a_partition_that_spent_and_cannot_go_on_is_not_retried(tmp_path, capsys):
+    workspace = Workspace.resolve(tmp_path / "ws")
+    path = tmp_path / "few.txt"
+    path.write_text("\n".join(["apple banana cherry"] * 30))
+    ingest(path, "few", workspace)
+    args = ["backfill", "--dataset", "few", "--by", "batch", "--epsilon", "1", "--delta"]
+    args += ["1e-6", "--topics", "20", "--seed", "1", "--workspace", str(workspace.root)]
+    assert main(args) == 2  # M1 spends, its vocabulary is smaller than 20 topics: M2 refunded
+    first = capsys.readouterr().out
+    assert "batch 1: failed (exit 2)" in first and "fewer than the 20 topics" in first
+    spent = Catalog(workspace).query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'")
+    assert main(args) == 2
+    assert "batch 1: not-retried" in capsys.readouterr().out
+    assert (
+        Catalog(workspace).query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'") == spent
+    )  # nothing spent again

@@ -56,8 +56,8 @@ def test_odd_files_get_a_clear_error_and_store_nothing(tmp_path, capsys, name, c
 def test_reasons_name_the_type_of_a_bad_value_never_the_value(tmp_path, workspace):
     rows = [
         {"doc_id": "ok", "text": "fine", "ts": "2024-01-01"},
-        {"doc_id": [SECRET], "text": "list as id"},
-        {"doc_id": "t", "text": {"nested": SECRET}},
+        {"doc_id": [SECRET], "text": "list as id", "ts": None},
+        {"doc_id": "t", "text": {"nested": SECRET}, "ts": None},
         {"doc_id": "u", "text": "bad time", "ts": SECRET},
     ]
     path = tmp_path / "in.jsonl"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -15,9 +17,10 @@ from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.request import ReleaseRequest
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.ledger import PARALLEL, Ledger, cells
+from fdptm.storage.ledger import PARALLEL, Ledger, most_spent_atom
 from fdptm.storage.partitions import (
     Scope,
+    day_of,
     days,
     last_closed,
     parse_batches,
@@ -124,39 +127,46 @@ def test_the_cap_holds_per_atom(workspace):
     assert ledger.lifetime("d", D).epsilon == 2.0
 
 
-def test_cells_split_at_every_scope_end_and_hold_every_atom_once():
-    scopes = [_week(0), _week(1, (1, 2)), Scope((2,)), None]
-    found = cells(scopes)
-    start = (MONDAY - dt.date(1970, 1, 1)).days
-    for batch in (1, 2, 3):  # batch 3 is named by no scope
-        for day in [*range(start - 3, start + 17), None]:
-            hits = [c for c in found if _holds(c, batch, day, named={1, 2})]
-            assert len(hits) == 1, (batch, day, hits)
-            # and every scope covers the atom exactly when it covers its cell
-            for scope in scopes:
-                assert hits[0].covered_by(scope) == _covers(scope, batch, day)
+def test_the_most_spent_atom_matches_brute_force_over_atoms():
+    """Random scopes against a brute force over every atom (batch 1-5, one batch no scope
+    names, 40 days and the untimed rows), with and without ``within``."""
+    rng = np.random.default_rng(7)
 
+    def scope():
+        batches = tuple(sorted({int(b) for b in rng.integers(1, 5, rng.integers(1, 4))}))
+        if rng.random() < 0.3:
+            return None if rng.random() < 0.3 else Scope(batches)
+        low = int(rng.integers(0, 35))
+        return Scope(batches, day_of(low), day_of(low + int(rng.integers(1, 10))))
 
-def _holds(cell, batch: int, day: int | None, named: set[int]) -> bool:
-    if cell.batch != (batch if batch in named else None):
-        return False
-    if day is None:
-        return cell.untimed
-    return (
-        not cell.untimed
-        and (cell.low is None or cell.low <= day)
-        and (cell.high is None or day < cell.high)
-    )
+    def covers(s, batch, day):
+        if s is None:
+            return True
+        if batch not in s.batches:
+            return False
+        return s.day_range() is None or (
+            day is not None and s.day_range()[0] <= day < s.day_range()[1]
+        )
 
-
-def _covers(scope, batch: int, day: int | None) -> bool:
-    if scope is None:
-        return True
-    if batch not in scope.batches:
-        return False
-    if scope.day_range() is None:
-        return True
-    return day is not None and scope.day_range()[0] <= day < scope.day_range()[1]
+    atoms = [(b, d) for b in range(1, 6) for d in [*range(-2, 42), None]]
+    for _ in range(300):
+        scopes = [scope() for _ in range(int(rng.integers(0, 7)))]
+        spends = [
+            (Decimal(int(rng.integers(1, 9))), Decimal(int(rng.integers(0, 3)))) for _ in scopes
+        ]
+        within = scope() if rng.random() < 0.5 else None
+        inside = [a for a in atoms if within is None or covers(within, *a)]
+        expected = [
+            max(
+                [
+                    sum((spends[i][k] for i, s in enumerate(scopes) if covers(s, *a)), Decimal(0))
+                    for a in inside
+                ]
+                or [Decimal(0)]
+            )
+            for k in (0, 1)
+        ]
+        assert list(most_spent_atom(spends, scopes, within)) == expected, (scopes, within)
 
 
 def test_windows_follow_the_calendar():
@@ -237,7 +247,10 @@ def test_a_batch_without_times_after_timed_ones_is_refused_and_nothing_is_stored
 
 
 def test_a_dateless_row_in_a_timed_file_is_rejected_for_it(tmp_path, workspace):
-    rows = [{"doc_id": "a", "text": "dated", "ts": "2024-01-01"}, {"doc_id": "b", "text": "x"}]
+    rows = [
+        {"doc_id": "a", "text": "dated", "ts": "2024-01-01"},
+        {"doc_id": "b", "text": "x", "ts": None},
+    ]
     (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = ingest(tmp_path / "f.jsonl", "d", workspace)
     assert (result.n_rows, result.n_rejected) == (1, 1)
@@ -250,17 +263,23 @@ def test_partitions_lists_documents_per_batch_and_window(tmp_path, workspace, ca
     ingest(tmp_path / "a.jsonl", "d", workspace)
     ingest(tmp_path / "b.jsonl", "d", workspace)
     root = str(workspace.root)
-    assert (
-        main(["partitions", "--dataset", "d", "--by", "week", "--json", "--workspace", root]) == 0
-    )
+    assert main(["partitions", "--dataset", "d", "--json", "--workspace", root]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(r["batch"], r["source"], r["timed"]) for r in listed] == [
+        (1, "a.jsonl", True),
+        (2, "b.jsonl", True),
+    ]
+    assert not any("documents" in r for r in listed)  # no count without --counts
+    weekly = ["partitions", "--dataset", "d", "--counts", "--by", "week", "--json"]
+    assert main([*weekly, "--workspace", root]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows == [
         {"batch": 1, "since": "2024-01-01", "until": "2024-01-08", "documents": 21},
         {"batch": 1, "since": "2024-01-08", "until": "2024-01-15", "documents": 9},
         {"batch": 2, "since": "2024-01-15", "until": "2024-01-22", "documents": 9},
     ]
-    assert main(["partitions", "--dataset", "d", "--workspace", root]) == 0
-    assert "internal counts" in capsys.readouterr().out
+    assert main(["partitions", "--dataset", "d", "--counts", "--workspace", root]) == 0
+    assert "never choose a release's scope from them" in capsys.readouterr().out
 
 
 def test_a_run_over_days_skips_reading_batches_without_those_days_but_scopes_them_all(
@@ -291,3 +310,22 @@ def test_a_run_over_days_skips_reading_batches_without_those_days_but_scopes_the
     assert spec.scope.batches == (1, 2)
     whole = RunSpec("r", str(workspace.root), "d", 1.0, 1e-6, 2, batches=(1, 2))
     assert [b["seq"] for b in stages.read_batches(whole)] == [1, 2]
+
+
+def test_a_record_file_whose_time_key_only_some_objects_have_is_refused(tmp_path, workspace):
+    rows = [{"doc_id": "a", "text": "one"}, {"doc_id": "b", "text": "two", "ts": "2024-01-02"}]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(BadInputError, match="1 of 2 objects lack the time key"):
+        ingest(tmp_path / "f.jsonl", "d", workspace)
+    assert Catalog(workspace.create()).batches("d") == []
+
+
+def test_a_replace_level_mechanism_cannot_be_scoped():
+    from fdptm.tasks.run import validate
+
+    base = {"dataset": "d", "epsilon": 1, "delta": 1e-6, "topics": 2, "mechanism": "spectral"}
+    validate(RunSpec.from_request(ReleaseRequest(**base), "r", "/w"))  # whole dataset: fine
+    for scope in ({"batches": "1"}, {"since": "2024-01-01", "until": "2024-01-08"}):
+        spec = RunSpec.from_request(ReleaseRequest(**base, **scope), "r", "/w")
+        with pytest.raises(BadInputError, match="replace-one adjacency"):
+            validate(spec)
