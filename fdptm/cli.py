@@ -749,6 +749,11 @@ def cmd_budget(args: argparse.Namespace) -> int:
             + (
                 f"epsilon={total['epsilon']:.6g}, delta={total['delta']:.6g}"
                 + ("" if total["notion"] == "approximate-dp" else f" ({total['notion']})")
+                + (
+                    ", the most any batch-day has spent (parallel composition)"
+                    if total["composition"] == "parallel"
+                    else ""
+                )
                 if total
                 else "not defined (some spend is only weaker-level DP)"
             )

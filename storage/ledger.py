@@ -634,6 +634,7 @@ def budget_report(ledger: Ledger, dataset: str) -> dict:
                 "delta": c.delta,
                 "notion": c.notion,
                 "gamma": c.gamma,
+                "composition": "parallel" if PARALLEL in c.accountant else "sequential",
             }
     report = {
         "dataset": dataset,

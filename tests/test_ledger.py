@@ -22,7 +22,7 @@ def _dataset(workspace: Workspace, name: str = "d") -> Ledger:
     catalog.ensure_dataset(name, "document")
     catalog.execute(
         "INSERT INTO batches VALUES"
-        " (?, 1, 'ingest-x', 'src', 'h', 'p', 'h', 1, 0, NULL, false, ?, false)",
+        " (?, 1, 'ingest-x', 'src', 'h', 'p', 'h', 1, 0, NULL, false, ?, false, NULL, NULL)",
         [name, now()],
     )
     return Ledger(catalog)

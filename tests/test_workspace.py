@@ -45,7 +45,7 @@ def _populated(workspace: Workspace) -> Catalog:
     sha = write_parquet(pa.table({"doc_id": ["1"], "text": ["raw words"]}), workspace.root / rel)
     catalog.execute(
         "INSERT INTO batches VALUES"
-        " ('d', 1, 'ingest-x', 'src', 'h', ?, ?, 1, 0, NULL, false, ?, false)",
+        " ('d', 1, 'ingest-x', 'src', 'h', ?, ?, 1, 0, NULL, false, ?, false, NULL, NULL)",
         [rel, sha, now()],
     )
     return catalog
