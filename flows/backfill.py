@@ -17,7 +17,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from fdptm.errors import FdptmError
-from fdptm.flows.release import release, resume_release
 from fdptm.request import ReleaseRequest
 from fdptm.tasks.backfill import Partition, plan_backfill
 
@@ -26,7 +25,14 @@ _SKIPPED = {"done": "skipped", "failed": "not-retried"}
 
 @task(name="release-partition", cache_policy=NO_CACHE, retries=0)
 def partition_task(partition: Partition) -> dict:
-    """Release (or resume) one partition; its outcome, never an exception for a refusal."""
+    """Release (or resume) one partition; its outcome, never an exception for a refusal.
+
+    The flows are imported here, not at module level: a Dask worker gets this function by
+    value (cloudpickle), and a module-level flow would travel by value too, without the
+    module globals its annotations name (``ReleaseRequest``); imported in the worker, they
+    are the module's own."""
+    from fdptm.flows.release import release, resume_release
+
     try:
         if partition.state == "resume":
             outcome = resume_release(partition.run_id, partition.request.workspace)

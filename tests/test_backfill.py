@@ -149,3 +149,34 @@ def test_a_partition_that_spent_and_cannot_go_on_is_not_retried(tmp_path, capsys
     assert (
         Catalog(workspace).query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'") == spent
     )  # nothing spent again
+
+
+def test_a_backfill_fans_out_on_a_dask_cluster(tmp_path):
+    """Two batches released by the workers of a real Dask LocalCluster (processes)."""
+    from distributed import LocalCluster
+    from prefect.settings import PREFECT_API_URL
+
+    from fdptm.flows.backfill import run_backfill
+    from fdptm.request import ReleaseRequest
+
+    workspace = Workspace.resolve(tmp_path / "ws")
+    for part in (0, 1):
+        path = tmp_path / f"part{part}.txt"
+        words = ["apple banana cherry grape", "durian elderberry figs lemon"]
+        path.write_text("\n".join([words[part]] * 40 + [words[1 - part]] * 20))
+        ingest(path, "small", workspace)
+    request = ReleaseRequest(
+        dataset="small", epsilon=1000, delta=1e-5, topics=2, iterations=5,
+        mechanism="hdp-lda", seed=3, workspace=str(workspace.root),
+    )  # fmt: skip
+    os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()  # the workers inherit it
+    try:
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
+            result = run_backfill(request, "batch", dask_address=cluster.scheduler_address)
+    finally:
+        del os.environ["PREFECT_API_URL"]
+    assert [(p["partition"], p["status"]) for p in result["partitions"]] == [
+        ("batch 1", "released"),
+        ("batch 2", "released"),
+    ]
+    assert len(Catalog(workspace).query("SELECT run_id FROM releases")) == 2
