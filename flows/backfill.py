@@ -61,11 +61,12 @@ def backfill(
     partitions = plan_backfill(request, by, first, last)
     pending = [p for p in partitions if p.state in ("new", "resume")]
     log.info(
-        "backfill of %s by %s: %d partition(s), %d already released",
+        "backfill of %s by %s: %d partition(s), %d already released, %d not retried",
         request.dataset,
         by,
         len(partitions),
-        len(partitions) - len(pending),
+        sum(p.state == "done" for p in partitions),
+        sum(p.state == "failed" for p in partitions),
     )
     futures = [partition_task.submit(p) for p in pending]
     outcomes = {o["partition"]: o for o in (f.result() for f in futures)}

@@ -81,9 +81,12 @@ def plan_backfill(
         scopes = _windows(by, first, last, today)
     recovery.recover(workspace, request.dataset)
     partitions = []
-    for label, fields in scopes:
+    for i, (label, fields) in enumerate(scopes):
         scoped = request.replace(**fields)
-        lifecycle.validate(RunSpec.from_request(scoped, "", str(workspace.root)))
+        spec = RunSpec.from_request(scoped, "", str(workspace.root))
+        lifecycle.validate(spec)
+        if i == 0:  # the public vocabulary and prior are the same for every partition
+            lifecycle.check_public_inputs(spec, workspace)
         partitions.append(_state(catalog, label, scoped))
     return partitions
 
