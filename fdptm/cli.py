@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         "column, present or mapped, else document); fixed once the dataset exists",
     )
     ingest.add_argument(
+        "--author-buckets",
+        type=int,
+        metavar="N",
+        help="a new author-level dataset's N author-disjoint partitions (a keyed hash of the "
+        "author id): releases over disjoint --buckets compose in parallel at the author level",
+    )
+    ingest.add_argument(
         "--public",
         action="store_true",
         help="declare the dataset public (e.g. published text): never charged by the ledger, "
@@ -370,6 +377,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         id_column=args.id_column,
         author_column=args.author_column,
         time_column=args.time_column,
+        author_buckets=args.author_buckets,
     )
     _print_ingest(result)
     return 0
@@ -750,7 +758,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
                 f"epsilon={total['epsilon']:.6g}, delta={total['delta']:.6g}"
                 + ("" if total["notion"] == "approximate-dp" else f" ({total['notion']})")
                 + (
-                    ", the most any batch-day has spent (parallel composition)"
+                    ", the most any partition has spent (parallel composition)"
                     if total["composition"] == "parallel"
                     else ""
                 )

@@ -36,7 +36,7 @@ from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, pars
 SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
 LastWindow = Literal["last-day", "last-week", "last-month"]
-SCOPE_FIELDS = ("batches", "since", "until", "window")
+SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")
 """The fields that choose a release's partitions (a backfill chooses them itself)."""
 
 
@@ -121,6 +121,12 @@ class ReleaseRequest(BaseModel):
     until: dt.date | None = Field(
         None, description="read only documents timestamped before this UTC day (with --since)"
     )
+    buckets: str | None = Field(
+        None,
+        description="read only the authors of these author buckets: a range 0..3 or a list "
+        "1,5 (datasets ingested with --author-buckets; disjoint buckets compose in parallel "
+        "at the author level)",
+    )
     window: LastWindow | None = Field(
         None,
         description="read only the newest calendar window that has ended when the run starts "
@@ -185,13 +191,13 @@ class ReleaseRequest(BaseModel):
         except Refused as exc:
             raise ValueError(str(exc)) from None
 
-    @field_validator("batches")
+    @field_validator("batches", "buckets")
     @classmethod
-    def _batch_numbers(cls, value: str | None) -> str | None:
-        from fdptm.storage.partitions import parse_batches
+    def _partition_numbers(cls, value: str | None, info: Any) -> str | None:
+        from fdptm.storage.partitions import parse_batches, parse_buckets
 
         try:
-            parse_batches(value)
+            (parse_batches if info.field_name == "batches" else parse_buckets)(value)
         except BadInputError as exc:
             raise ValueError(str(exc)) from None
         return value

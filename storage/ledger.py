@@ -59,8 +59,13 @@ This needs x to lie in one atom, for every neighbour the unit allows:
   has one batch and one timestamp, so one atom (ingest refuses a doc id seen in an
   earlier batch). Contribution bounding runs inside each run's scope, so adding a
   document can only evict documents a run covering its atom reads.
-- an author of an author-level dataset writes in many batches and weeks: their atoms are
-  not disjoint, so the author level composes sequentially (every entry counts).
+- an author of an author-level dataset writes in many batches and weeks: those atoms are
+  not disjoint in authors, so the author level composes sequentially (every entry counts),
+  unless the dataset was created with author buckets (``fdptm ingest --author-buckets N``):
+  an author's bucket is a keyed hash of the author id alone, so every author lies in one
+  bucket, and at the author level the atoms are the buckets (a run without ``--buckets``
+  covers them all). Bounding and every mechanism run inside the run's buckets, so adding
+  an author changes only what runs covering its bucket read.
 - replace notions (``*-replace``) let a replacement move x from one atom to another, and a
   replace-DP run whose scope holds only one side sees an addition or a removal, which
   replace-one DP does not bound: a release with a replace-level stage may not be scoped
@@ -131,10 +136,24 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def parallel_at(unit: Adjacency, *, authors_are_documents: bool) -> bool:
+def parallel_at(
+    unit: Adjacency, *, authors_are_documents: bool, buckets: int | None = None
+) -> bool:
     """Whether totals at ``unit`` may compose in parallel over atoms (module docstring):
-    add/remove of a document, which is the author level too when authors are documents."""
-    return unit == Adjacency.DOCUMENT or (unit == Adjacency.AUTHOR and authors_are_documents)
+    add/remove of a document, which is the author level too when authors are documents;
+    add/remove of an author when the dataset has author buckets."""
+    return unit == Adjacency.DOCUMENT or (
+        unit == Adjacency.AUTHOR and (authors_are_documents or bool(buckets))
+    )
+
+
+def _bucket_representatives(scopes: list[Scope | None], within: Scope | None, n: int) -> list[int]:
+    """One bucket of each set of buckets that every scope covers alike: each named bucket
+    and one bucket no scope names (if any), inside ``within``'s buckets when it has any."""
+    named = {k for s in [*scopes, within] if s is not None and s.buckets for k in s.buckets}
+    unnamed = next((k for k in range(n) if k not in named), None)
+    candidates = sorted(named | ({unnamed} if unnamed is not None else set()))
+    return [k for k in candidates if k < n and (within is None or within.covers_bucket(k))]
 
 
 def most_spent_atom(
@@ -186,6 +205,7 @@ def compose_over_atoms(
     authors_are_documents: bool,
     extra: list[tuple[float, float, Adjacency, str, float, Scope | None]] = (),
     within: Scope | None = None,
+    buckets: int | None = None,
 ) -> Composition:
     """The ledger's total at ``unit`` of ``rows`` (and ``extra`` spends), composed in
     parallel over atoms where ``parallel_at`` allows it, else sequentially; ``within``
@@ -194,9 +214,14 @@ def compose_over_atoms(
     Raises ValueError when an entry cannot be stated at ``unit``.
     """
     whole, eps, delta = _atom_totals(
-        rows, unit, authors_are_documents=authors_are_documents, extra=extra, within=within
+        rows,
+        unit,
+        authors_are_documents=authors_are_documents,
+        extra=extra,
+        within=within,
+        buckets=buckets,
     )
-    if not parallel_at(unit, authors_are_documents=authors_are_documents):
+    if not parallel_at(unit, authors_are_documents=authors_are_documents, buckets=buckets):
         return whole
     return replace(
         whole, epsilon=float(eps), delta=float(delta), accountant=f"{whole.accountant}; {PARALLEL}"
@@ -210,21 +235,37 @@ def _atom_totals(
     authors_are_documents: bool,
     extra: list[tuple[float, float, Adjacency, str, float, Scope | None]] = (),
     within: Scope | None = None,
+    buckets: int | None = None,
 ) -> tuple[Composition, Decimal, Decimal]:
     """The sequential composition of everything, and the exact (epsilon, delta) total
-    ``compose_over_atoms`` states (the maximum over atoms, or the sequential sum)."""
+    ``compose_over_atoms`` states (the maximum over atoms, or the sequential sum). With
+    ``buckets`` (the dataset's author buckets) an author lies in one bucket: at the author
+    level the atoms are the buckets; at the document level, (batch, day, bucket)."""
     spends = _spends(rows) + [(e, d, a) for e, d, a, *_ in extra]
     notions = _notions(rows) + [(n, g) for *_, n, g, _ in extra]
     scopes = _scopes(rows) + [s for *_, s in extra]
     whole = compose(spends, unit, authors_are_documents=authors_are_documents, notions=notions)
-    if not parallel_at(unit, authors_are_documents=authors_are_documents):
+    if not parallel_at(unit, authors_are_documents=authors_are_documents, buckets=buckets):
         return (
             whole,
             exact_sum(c.epsilon_out for c in whole.conversions),
             exact_sum(c.delta_out for c in whole.conversions),
         )
     spent = [(exact(c.epsilon_out), exact(c.delta_out)) for c in whole.conversions]
-    return whole, *most_spent_atom(spent, scopes, within)
+    if not buckets:
+        return whole, *most_spent_atom(spent, scopes, within)
+    best = [Decimal(0), Decimal(0)]
+    for k in _bucket_representatives(scopes, within, buckets):
+        inside = [i for i, s in enumerate(scopes) if s is None or s.covers_bucket(k)]
+        if unit == Adjacency.AUTHOR and not authors_are_documents:  # an author: one bucket
+            total = (
+                sum((spent[i][0] for i in inside), Decimal(0)),
+                sum((spent[i][1] for i in inside), Decimal(0)),
+            )
+        else:
+            total = most_spent_atom([spent[i] for i in inside], [scopes[i] for i in inside], within)
+        best = [max(best[0], total[0]), max(best[1], total[1])]
+    return whole, best[0], best[1]
 
 
 PARALLEL = "parallel composition over the partitions (the most any one atom has spent)"
@@ -267,6 +308,11 @@ class Ledger:
                 "without charging the ledger. Only a dataset ingested with --public can; a "
                 "private dataset never becomes public"
             )
+
+    def author_buckets(self, dataset: str) -> int | None:
+        """The number of author buckets declared when the dataset was created, or None."""
+        row = self.catalog.dataset(dataset)
+        return None if row is None else row.get("author_buckets")
 
     def authors_are_documents(self, dataset: str) -> bool:
         """True for document-unit datasets, where every document is its own author."""
@@ -313,7 +359,10 @@ class Ledger:
         authors = self.authors_are_documents(dataset)
         return [
             compose_over_atoms(
-                [r for r in rows if r["run_id"] in runs[:i]], unit, authors_are_documents=authors
+                [r for r in rows if r["run_id"] in runs[:i]],
+                unit,
+                authors_are_documents=authors,
+                buckets=self.author_buckets(dataset),
             )
             for i in range(1, len(runs) + 1)
         ]
@@ -324,7 +373,11 @@ class Ledger:
         any atom of that scope has spent."""
         rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
         return compose_over_atoms(
-            rows, unit, authors_are_documents=self.authors_are_documents(dataset), within=within
+            rows,
+            unit,
+            authors_are_documents=self.authors_are_documents(dataset),
+            within=within,
+            buckets=self.author_buckets(dataset),
         )
 
     def spent(
@@ -333,7 +386,11 @@ class Ledger:
         """``lifetime``'s (epsilon, delta) as exact decimals, for arithmetic on the cap."""
         rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
         _, eps, delta = _atom_totals(
-            rows, unit, authors_are_documents=self.authors_are_documents(dataset), within=within
+            rows,
+            unit,
+            authors_are_documents=self.authors_are_documents(dataset),
+            within=within,
+            buckets=self.author_buckets(dataset),
         )
         return eps, delta
 
@@ -378,7 +435,8 @@ class Ledger:
         self, con, dataset: str, stages, accounting: dict[str, dict], scope: Scope | None
     ) -> None:
         row = con.execute(
-            "SELECT cap_epsilon, cap_delta, cap_unit, unit, public FROM datasets WHERE name = ?",
+            "SELECT cap_epsilon, cap_delta, cap_unit, unit, public, author_buckets FROM datasets"
+            " WHERE name = ?",
             [dataset],
         ).fetchone()
         if row is None:
@@ -399,7 +457,7 @@ class Ledger:
             (s.epsilon, s.delta, s.adjacency, notion, gamma, scope)
             for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True)
         ]
-        _check_cap(cap, active, new, row[3] == Adjacency.DOCUMENT.value, scope)
+        _check_cap(cap, active, new, row[3] == Adjacency.DOCUMENT.value, scope, row[5])
 
     def _insert(self, con, dataset, run_id, stages, accounting, ids, scope) -> None:
         ts = now()
@@ -545,6 +603,7 @@ def _check_cap(
     new: list[tuple[float, float, Adjacency, str, float, Scope | None]],
     authors_are_documents: bool,
     scope: Scope | None,
+    buckets: int | None,
 ) -> None:
     """Refuse ``new`` spends (all over ``scope``) unless every atom stays within the cap."""
     weaker = [
@@ -561,7 +620,13 @@ def _check_cap(
             f"`fdptm budget --dataset NAME --cap EPS DELTA --unit {weaker[0].value}`"
         )
     try:
-        compose_over_atoms(active, cap.unit, authors_are_documents=authors_are_documents, extra=new)
+        compose_over_atoms(
+            active,
+            cap.unit,
+            authors_are_documents=authors_are_documents,
+            extra=new,
+            buckets=buckets,
+        )
     except ValueError as exc:  # a random-DP spend cannot be converted to the cap's unit
         raise BudgetRefusedError(
             f"refused: {exc}, so the lifetime cap (stated at {cap.unit.value} level) cannot "
@@ -569,7 +634,11 @@ def _check_cap(
             "--dataset NAME --cap EPS DELTA`, or use a mechanism with plain DP."
         ) from exc
     _, spent_eps, spent_delta = _atom_totals(
-        active, cap.unit, authors_are_documents=authors_are_documents, within=scope
+        active,
+        cap.unit,
+        authors_are_documents=authors_are_documents,
+        within=scope,
+        buckets=buckets,
     )
     need = compose(
         [(e, d, a) for e, d, a, *_ in new],

@@ -73,6 +73,45 @@ def parse_batches(text: str | None) -> tuple[int, ...] | None:
     return tuple(seqs)
 
 
+def parse_buckets(text: str | None) -> tuple[int, ...] | None:
+    """``"0..3"`` (inclusive) or ``"1,5"`` as sorted author buckets (from 0); None for all."""
+    if text is None:
+        return None
+    if match := _RANGE.match(text):
+        low, high = int(match[1]), int(match[2])
+        if high < low:
+            raise BadInputError(f"buckets {text!r}: a range is LOW..HIGH with LOW <= HIGH")
+        return tuple(range(low, high + 1))
+    try:
+        found = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        found = []
+    if not found or found[0] < 0:
+        raise BadInputError(
+            f"buckets {text!r}: give a range (0..3) or a comma-separated list (1,5) of author "
+            "buckets >= 0"
+        )
+    return tuple(found)
+
+
+def buckets_of(key: bytes, authors: pa.Array, n: int) -> pa.Array:
+    """Each author id's bucket in [0, n): HMAC-SHA256(key, id) as an integer, mod n. A
+    function of the author alone, so the buckets are disjoint in authors."""
+    import hashlib
+    import hmac
+
+    ids = (
+        pc.dictionary_encode(authors).combine_chunks()
+        if isinstance(authors, pa.ChunkedArray)
+        else pc.dictionary_encode(authors)
+    )
+    per_id = [
+        int.from_bytes(hmac.new(key, a.encode(), hashlib.sha256).digest()[:8], "big") % n
+        for a in ids.dictionary.to_pylist()
+    ]
+    return pa.array(per_id, pa.int32()).take(ids.indices)
+
+
 def window_bounds(window: str, day: dt.date) -> tuple[dt.date, dt.date]:
     """The ``window`` (day, week from Monday, month) that holds ``day``: [start, end)."""
     if window == "day":
@@ -105,7 +144,8 @@ def windows_between(window: str, first: dt.date, last: dt.date) -> list[tuple[dt
 
 @dataclass(frozen=True)
 class Scope:
-    """The atoms a run reads: ``batches``, and only days in [since, until) when given.
+    """The atoms a run reads: ``batches``, and only days in [since, until) when given, and
+    only the authors of ``buckets`` when given (datasets with author buckets).
 
     Without days the scope covers every atom of its batches, untimed ones included; with
     days, only the timed atoms in range.
@@ -114,6 +154,7 @@ class Scope:
     batches: tuple[int, ...]
     since: dt.date | None = None
     until: dt.date | None = None
+    buckets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.since is None) != (self.until is None):
@@ -130,6 +171,7 @@ class Scope:
             "batches": list(self.batches),
             "since": None if self.since is None else self.since.isoformat(),
             "until": None if self.until is None else self.until.isoformat(),
+            "buckets": None if self.buckets is None else list(self.buckets),
         }
 
     @classmethod
@@ -138,7 +180,11 @@ class Scope:
             tuple(d["batches"]),
             None if d.get("since") is None else dt.date.fromisoformat(d["since"]),
             None if d.get("until") is None else dt.date.fromisoformat(d["until"]),
+            None if d.get("buckets") is None else tuple(d["buckets"]),
         )
+
+    def covers_bucket(self, bucket: int) -> bool:
+        return self.buckets is None or bucket in self.buckets
 
     def day_range(self) -> tuple[int, int] | None:
         """[first, end) as day numbers, or None for every day and untimed rows."""

@@ -228,6 +228,11 @@ class Workspace:
         """
         return hmac.new(self._secret_key(), sha256.encode(), "sha256").hexdigest()
 
+    def bucket_key(self) -> bytes:
+        """The key of the author buckets (``storage.partitions.buckets_of``), derived from
+        the secret key: which authors share a bucket is not computable without it."""
+        return hmac.new(self._secret_key(), b"fdptm author buckets", "sha256").digest()
+
     def _secret_key(self) -> bytes:
         """The 32-byte key, created (0600, atomically) only before the first release.
 

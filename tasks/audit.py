@@ -53,8 +53,6 @@ from fdptm.storage.artifacts import read_parquet, write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
-from fdptm.tasks.bounding import Bounds
-from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
@@ -94,15 +92,11 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
             "`fdptm budget --dataset NAME` (its entries name their runs)"
         )
     params = json.loads(rows[0]["params"])
-    params.pop("seeded", None)
     options = params.setdefault("m2_options", {})
     for old, new in LEGACY_OPTIONS.items():  # runs recorded before the M2 registry
         if old in params:
             options[new] = params.pop(old)
-    params["bounds"] = Bounds(**params["bounds"])
-    params["pre"] = PreConfig(**params["pre"])
-    params["batches"] = tuple(params["batches"])
-    return RunSpec(**params)
+    return RunSpec.from_dict(params)
 
 
 def _attack_summary(

@@ -509,6 +509,7 @@ def ingest(
     id_column: str | None = None,
     author_column: str | None = None,
     time_column: str | None = None,
+    author_buckets: int | None = None,
 ) -> IngestResult:
     """Validate ``path`` and append its good rows to ``dataset`` as a new batch.
 
@@ -516,7 +517,10 @@ def ingest(
     read from the column named ``text``, ``doc_id``, ``author_id`` or ``ts`` if the file has
     it. A named column must exist. ``public`` declares the dataset public (not private:
     never charged, usable as any release's vocabulary or prior); it is fixed when the
-    dataset is created and every later batch must say the same.
+    dataset is created and every later batch must say the same. ``author_buckets`` N
+    partitions an author-level dataset into N author-disjoint buckets (a keyed hash of the
+    author id, ``storage.partitions``), declared when the dataset is created: releases over
+    disjoint buckets then compose in parallel at the author level.
     """
     check_name(dataset)
     if unit not in (None, "author", "document"):
@@ -529,6 +533,7 @@ def ingest(
     existing = catalog.dataset(dataset)
     declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
     _declare_public(existing and bool(existing["public"]), public, dataset)
+    _declare_buckets(existing, author_buckets, declared, dataset)
     run_id = f"ingest-{uuid.uuid4().hex[:12]}"
     params = {"source": str(source), "columns": rows.mapping}
     recovery.claim(workspace, run_id)  # a live ingest is never closed as dead
@@ -546,6 +551,7 @@ def ingest(
                 catalog,
                 run_id,
                 max_text_chars,
+                author_buckets,
             )
         except BaseException as exc:
             catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
@@ -562,6 +568,28 @@ def _day_span(table: pa.Table) -> tuple[int | None, int | None]:
     scope, ledger entry or manifest depends on it."""
     day = days(table.column("ts"))
     return pc.min(day).as_py(), pc.max(day).as_py()
+
+
+def _declare_buckets(existing: dict | None, buckets: int | None, unit: str, dataset: str) -> None:
+    """Author buckets are declared when an author-level dataset is created, never later
+    (partitions must not change under releases already made over them)."""
+    if existing is not None:
+        if buckets is not None and buckets != existing["author_buckets"]:
+            raise BadInputError(
+                f"dataset {dataset!r} exists with "
+                f"{existing['author_buckets'] or 'no'} author buckets; they are declared "
+                "when a dataset is created and never change: drop --author-buckets"
+            )
+        return
+    if buckets is None:
+        return
+    if unit != "author":
+        raise BadInputError(
+            "--author-buckets partitions authors; this dataset is document-level, where "
+            "batches and days already partition the documents"
+        )
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or not 2 <= buckets <= 4096:
+        raise BadInputError(f"--author-buckets must be an integer in [2, 4096], got {buckets!r}")
 
 
 def _refuse_untimed_after_timed(con, dataset: str, timed: bool, name: str) -> None:
@@ -592,6 +620,7 @@ def _ingest(
     catalog: Catalog,
     run_id: str,
     max_text_chars: int,
+    author_buckets: int | None,
 ) -> IngestResult:
     import pandas as pd
 
@@ -622,9 +651,12 @@ def _ingest(
     _check_stored(source, dataset, frame, typed, owners, reasons_per_row)
     with catalog.transaction() as con:
         # again: another ingest may have created the dataset, or stored batches, since
-        row = con.execute("SELECT unit, public FROM datasets WHERE name = ?", [dataset]).fetchone()
+        row = con.execute(
+            "SELECT unit, public, author_buckets FROM datasets WHERE name = ?", [dataset]
+        ).fetchone()
         _declare_unit(row and row[0], requested, rows, dataset, source.name)
         _declare_public(row and bool(row[1]), public, dataset)
+        _declare_buckets(row and {"author_buckets": row[2]}, author_buckets, declared, dataset)
         _refuse_untimed_after_timed(con, dataset, "ts" in rows.mapping, source.name)
         now_stored = con.execute(
             "SELECT seq, path, sha256, source_sha256 FROM batches WHERE dataset = ? ORDER BY seq",
@@ -647,9 +679,9 @@ def _ingest(
                 f"({_summary(counts)}); see {workspace.root / rejects_rel}"
             )
         con.execute(
-            "INSERT INTO datasets (name, unit, created_at, public) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
-            [dataset, declared, now(), public],
+            "INSERT INTO datasets (name, unit, created_at, public, author_buckets)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [dataset, declared, now(), public, author_buckets],
         )
         table = pa.table(
             {

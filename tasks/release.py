@@ -297,21 +297,32 @@ def build_manifest(
 def partitions_statement(spec: RunSpec, ledger: Ledger) -> dict:
     """The partitions the release read (their keys, never their sizes) and how the ledger
     composes it with releases over other partitions (``storage.ledger``)."""
-    unit = ledger.default_unit(spec.dataset)
-    documents = unit == Adjacency.DOCUMENT
+    documents = ledger.default_unit(spec.dataset) == Adjacency.DOCUMENT
+    buckets = ledger.author_buckets(spec.dataset)
+    if documents:
+        composition = (
+            "parallel: documents lie in one batch and one day each, so the dataset's "
+            "lifetime spend is the most any one batch-day has spent over every release that "
+            "read it"
+        )
+    elif buckets:
+        composition = (
+            f"parallel at the author level over the dataset's {buckets} author buckets "
+            "(declared at creation: a keyed hash of the author id), and at the document "
+            "level over batch-day-bucket atoms"
+        )
+    else:
+        composition = (
+            "sequential at the author level (an author writes in many batches and days, so "
+            "partitions are not disjoint in authors, and the dataset has no author buckets); "
+            "parallel at the document level"
+        )
     return {
         **spec.scope.keys(),  # a release's batches are resolved before it reserves
         "days": "every document of these batches"
         if spec.since is None
         else "documents timestamped in [since, until), UTC days",
-        "composition": (
-            "parallel: documents lie in one batch and one day each, so the dataset's "
-            "lifetime spend is the most any one batch-day has spent over every release that "
-            "read it"
-            if documents
-            else "sequential at the author level (an author writes in many batches and "
-            "days, so partitions are not disjoint in authors); parallel at the document level"
-        ),
+        "composition": composition,
     }
 
 

@@ -52,8 +52,6 @@ from fdptm.storage.ledger import PUBLIC_NOT_CHARGED, Ledger
 from fdptm.storage.partitions import parse_batches
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import public_vocabulary
-from fdptm.tasks.bounding import Bounds
-from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.spec import RunSpec
 from fdptm.tasks.vocabulary import M1Params
 from fdptm.version import code_version
@@ -98,7 +96,7 @@ def validate(spec: RunSpec) -> None:
         value = getattr(spec, name)
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
             raise BadInputError(f"{name} must be a finite number > 0, got {value!r}")
-    if spec.requested_batches is not None or spec.since is not None:
+    if spec.requested_batches is not None or spec.since is not None or spec.buckets:
         replaced = {spec.m2.adjacency_for(u) for u in (Adjacency.AUTHOR, Adjacency.DOCUMENT)}
         if replaced & {Adjacency.AUTHOR_REPLACE, Adjacency.DOCUMENT_REPLACE}:
             raise BadInputError(
@@ -184,6 +182,7 @@ def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
         request_key="",
         since=None,
         until=None,
+        buckets=None,
     )
     try:
         plan, m1, m2, guarantee = _calibrated(
@@ -224,10 +223,11 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, list[dict]
     return ledger, batches
 
 
-def scoped(spec: RunSpec, batches: list[dict]) -> RunSpec:
+def scoped(spec: RunSpec, batches: list[dict], author_buckets: int | None) -> RunSpec:
     """``spec`` with the batches it reads: those it asks for (every batch ingested so far by
-    default), and of those only the timestamped ones when it reads days. Which batches
-    exist and which had a time column are the operator's facts, not the data's."""
+    default), and of those only the timestamped ones when it reads days; its author buckets
+    checked against the dataset's. Which batches exist, which had a time column and how
+    many buckets were declared are the operator's facts, not the data's."""
     known = {b["seq"]: b for b in batches}
     wanted = parse_batches(spec.requested_batches) or tuple(known)
     missing = [seq for seq in wanted if seq not in known]
@@ -244,6 +244,19 @@ def scoped(spec: RunSpec, batches: list[dict]) -> RunSpec:
                 f"--since/--until/--window read documents by their timestamps, and no batch "
                 f"of dataset {spec.dataset!r} in range was ingested with a time column "
                 "(ingest with --time-column NAME, or drop the days)"
+            )
+    if spec.buckets is not None:
+        n = author_buckets
+        if not n:
+            raise BadInputError(
+                f"--buckets reads some author buckets, and dataset {spec.dataset!r} has none "
+                "(they are declared when an author-level dataset is created, with "
+                "--author-buckets N)"
+            )
+        if spec.buckets[-1] >= n:
+            raise BadInputError(
+                f"dataset {spec.dataset!r} has author buckets 0..{n - 1}; --buckets names "
+                f"{spec.buckets[-1]}"
             )
     return replace(spec, batches=wanted)
 
@@ -296,7 +309,7 @@ def preflight(request: ReleaseRequest) -> Calibration:
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
     ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
-    spec = scoped(spec, batches)
+    spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
     spec, calibration = _planned(spec, ledger)
     ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
@@ -310,7 +323,7 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
     validate(spec)
     ledger, batches = _dataset_context(catalog, spec.dataset)
-    spec = scoped(spec, batches)
+    spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
     bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
     spec = replace(spec, bounding_seed=bounding_seed)
@@ -355,13 +368,12 @@ def calibration_of(spec: RunSpec) -> Calibration:
 def spec_of(workspace: Workspace, run_id: str) -> RunSpec:
     """A stored run's ``RunSpec``, seeds included (from its internal calibration record)."""
     rows = Catalog(workspace).query("SELECT params FROM runs WHERE run_id = ?", [run_id])
-    params = json.loads(rows[0]["params"])
-    params.pop("seeded", None)
-    params["bounds"] = Bounds(**params["bounds"])
-    params["pre"] = PreConfig(**params["pre"])
-    params["batches"] = tuple(params["batches"])
     calibration = _stored_calibration(str(workspace.root), run_id)
-    return RunSpec(**params, seed=calibration.seed, bounding_seed=calibration.bounding_seed)
+    return RunSpec.from_dict(
+        json.loads(rows[0]["params"]),
+        seed=calibration.seed,
+        bounding_seed=calibration.bounding_seed,
+    )
 
 
 def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, list[str]]:

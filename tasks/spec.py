@@ -18,7 +18,7 @@ from fdptm.mechanisms.registry import Mechanism, mechanism, tuned
 from fdptm.privacy.accountant import StageSpec
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.request import ReleaseRequest, default
-from fdptm.storage.partitions import Scope, last_closed
+from fdptm.storage.partitions import Scope, last_closed, parse_buckets
 from fdptm.tasks.bounding import Bounds
 from fdptm.tasks.preprocess import PreConfig
 from fdptm.tasks.vocabulary import M1_MECHANISMS, M1Params, VocabularyMechanism
@@ -72,6 +72,7 @@ class RunSpec:
     releases_left: int | None = default("releases_left")
     batches: tuple[int, ...] = ()
     requested_batches: str | None = None
+    buckets: tuple[int, ...] | None = None
     request_key: str = ""
     since: str | None = None
     until: str | None = None
@@ -110,6 +111,7 @@ class RunSpec:
             releases_left=request.releases_left,
             bounds=Bounds(request.max_docs_per_author, request.max_tokens_per_doc),
             requested_batches=request.batches,
+            buckets=parse_buckets(request.buckets),
             **days,
         )
 
@@ -127,6 +129,7 @@ class RunSpec:
             self.batches,
             None if self.since is None else dt.date.fromisoformat(self.since),
             None if self.until is None else dt.date.fromisoformat(self.until),
+            self.buckets,
         )
 
     @property
@@ -192,6 +195,17 @@ class RunSpec:
         }
         used_delta = delta if self.m2.uses_delta else self.delta
         return self.m2.params(epsilon, used_delta, context, self.m2_options)
+
+    @classmethod
+    def from_dict(cls, params: dict, **fields: Any) -> RunSpec:
+        """The spec ``to_dict`` stored (``runs.params``), with ``fields`` (its seeds) set."""
+        params = {k: v for k, v in params.items() if k != "seeded"}
+        params["bounds"] = Bounds(**params["bounds"])
+        params["pre"] = PreConfig(**params["pre"])
+        params["batches"] = tuple(params["batches"])
+        if params.get("buckets") is not None:
+            params["buckets"] = tuple(params["buckets"])
+        return cls(**params, **fields)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.faults import checkpoint
@@ -28,6 +29,7 @@ from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import file_sha256, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
+from fdptm.storage.partitions import buckets_of
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import public_vocabulary as public_vocabulary_source
 from fdptm.tasks.bounding import bound_contributions
@@ -170,12 +172,17 @@ def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) 
 
 def scoped_tokens(spec: RunSpec, token_artifacts: list[dict]) -> pa.Table:
     """The run's documents: its batches' tokens, only the days of its scope when it has
-    days (``storage.partitions``), without the day column."""
-    workspace, _ = _env(spec)
+    days and only the authors of its buckets when it has buckets (``storage.partitions``),
+    without the day column."""
+    workspace, catalog = _env(spec)
     tokens = read_tokens(workspace, token_artifacts)
     inside = spec.scope.in_days(tokens.column("day")) if spec.since is not None else None
     if inside is not None:
         tokens = tokens.filter(inside)
+    if spec.buckets is not None:
+        n = catalog.dataset(spec.dataset)["author_buckets"]
+        bucket = buckets_of(workspace.bucket_key(), tokens.column("author_id"), n)
+        tokens = tokens.filter(pc.is_in(bucket, value_set=pa.array(spec.buckets, pa.int32())))
     return tokens.drop_columns(["day"])
 
 

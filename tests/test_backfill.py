@@ -85,7 +85,7 @@ def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, cap
     assert totals["document"]["epsilon"] == 1.0  # eight disjoint weeks at epsilon 1 each
     assert totals["document"]["composition"] == "parallel"
     assert main(["budget", "--dataset", "pheme", *root]) == 0
-    assert "the most any batch-day has spent" in capsys.readouterr().out
+    assert "the most any partition has spent" in capsys.readouterr().out
 
 
 def test_a_killed_backfill_releases_exactly_the_missing_weeks_when_run_again(timed_ws):

@@ -329,3 +329,56 @@ def test_a_replace_level_mechanism_cannot_be_scoped():
         spec = RunSpec.from_request(ReleaseRequest(**base, **scope), "r", "/w")
         with pytest.raises(BadInputError, match="replace-one adjacency"):
             validate(spec)
+
+
+def _bucketed(workspace, n: int = 4) -> Ledger:
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "author")
+    catalog.execute("UPDATE datasets SET author_buckets = ? WHERE name = 'd'", [n])
+    return Ledger(catalog)
+
+
+def test_author_buckets_compose_in_parallel_at_the_author_level(workspace):
+    ledger = _bucketed(workspace)
+    ledger.reserve("d", "low", _plan(1.0, A), scope=Scope((1,), buckets=(0, 1)))
+    ledger.reserve("d", "high", _plan(1.0, A), scope=Scope((1, 2), buckets=(2, 3)))
+    author = ledger.lifetime("d", A)
+    assert author.epsilon == 1.0 and PARALLEL in author.accountant
+    ledger.reserve("d", "week", _plan(1.0, A), scope=_week(0, (1, 2)))  # every bucket
+    assert ledger.lifetime("d", A).epsilon == 2.0
+    ledger.reserve("d", "again", _plan(0.5, A), scope=Scope((2,), buckets=(3,)))
+    assert ledger.lifetime("d", A).epsilon == 2.5
+    assert ledger.lifetime("d", A, within=Scope((1,), buckets=(0,))).epsilon == 2.0
+    ledger.set_cap("d", 3.0, 1e-4, A)
+    with pytest.raises(BudgetRefusedError):
+        ledger.reserve("d", "over", _plan(1.0, A), scope=Scope((1,), buckets=(3,)))
+    ledger.reserve("d", "fits", _plan(1.0, A), scope=Scope((1,), buckets=(0, 1)))
+
+
+def test_author_buckets_are_declared_when_an_author_dataset_is_created(tmp_path, workspace):
+    rows = [{"doc_id": f"x{i}", "text": "some words", "author_id": f"a{i}"} for i in range(4)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "d.txt").write_text("plain line\nanother line\n")
+    with pytest.raises(BadInputError, match="this dataset is document-level"):
+        ingest(tmp_path / "d.txt", "docs", workspace, author_buckets=4)
+    with pytest.raises(BadInputError, match=r"in \[2, 4096\]"):
+        ingest(tmp_path / "a.jsonl", "authors", workspace, author_buckets=1)
+    ingest(tmp_path / "a.jsonl", "authors", workspace, author_buckets=4)
+    assert Catalog(workspace).dataset("authors")["author_buckets"] == 4
+    rows2 = [{"doc_id": "y", "text": "more words", "author_id": "a9"}]
+    (tmp_path / "b.jsonl").write_text(json.dumps(rows2[0]) + "\n")
+    with pytest.raises(BadInputError, match="declared when a dataset is created"):
+        ingest(tmp_path / "b.jsonl", "authors", workspace, author_buckets=8)
+    ingest(tmp_path / "b.jsonl", "authors", workspace)  # later batches need not repeat it
+
+
+def test_buckets_are_a_keyed_hash_of_the_author_alone():
+    from fdptm.storage.partitions import buckets_of, parse_buckets
+
+    authors = pa.array(["a", "b", "a", "c", "d"] * 3)
+    first = buckets_of(b"k" * 32, authors, 8).to_pylist()
+    assert first == buckets_of(b"k" * 32, authors, 8).to_pylist()
+    assert first[0] == first[2] and all(0 <= k < 8 for k in first)
+    other = buckets_of(b"j" * 32, pa.array([f"u{i}" for i in range(200)]), 8).to_pylist()
+    assert len(set(other)) == 8  # a key spreads 200 authors over every bucket
+    assert parse_buckets("0..3") == (0, 1, 2, 3) and parse_buckets("5,1") == (1, 5)

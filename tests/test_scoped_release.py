@@ -91,7 +91,9 @@ def test_week_releases_read_their_days_and_compose_in_parallel(timed_ws, capsys)
     assert "parallel" in partitions["composition"]
     assert not any("documents" in k or "rows" in k for k in partitions)
     scopes = [json.loads(e["scope"]) for e in Catalog(timed_ws).query("SELECT scope FROM ledger")]
-    assert scopes == [{"batches": [1, 2], "since": "2024-01-15", "until": "2024-01-22"}]
+    assert scopes == [
+        {"batches": [1, 2], "since": "2024-01-15", "until": "2024-01-22", "buckets": None}
+    ]
 
     nxt = [week[1], week[1] + dt.timedelta(weeks=1)]
     assert _release(timed_ws, "--since", str(nxt[0]), "--until", str(nxt[1])) == 0
@@ -146,3 +148,41 @@ def test_batches_and_releases_left_are_scoped(timed_ws, capsys):
         == 2
     )
     assert "has no batch 9" in capsys.readouterr().err
+
+
+def test_releases_over_disjoint_author_buckets_compose_in_parallel(
+    tmp_path, pheme_raw, timed_ws, capsys
+):
+    from fdptm.storage.partitions import buckets_of
+    from fdptm.storage.workspace import Workspace
+
+    texts = json.loads(pheme_raw.read_text())["text"][:1200]
+    path = tmp_path / "authors.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"doc_id": f"d{i}", "text": t, "author_id": f"a{i % 80}"}) + "\n"
+            for i, t in enumerate(texts)
+        )
+    )
+    workspace = Workspace.resolve(tmp_path / "ws")
+    ingest(path, "people", workspace, author_buckets=4)
+    authors = pq.read_table(workspace.root / Catalog(workspace).batches("people")[0]["path"])
+    bucket = buckets_of(workspace.bucket_key(), authors.column("author_id"), 4).to_pylist()
+    root = ["--workspace", str(workspace.root)]
+    args = ["release", "--dataset", "people", "--epsilon", "2", "--delta", "1e-6", "--topics"]
+    args += ["3", "--iterations", "5", "--seed", "3", "--vocabulary", "wordfreq:en:3000"]
+    for chosen in ((0, 1), (2, 3)):
+        assert main([*args, "--buckets", f"{chosen[0]}..{chosen[1]}", *root]) == 0
+        manifest, bounded = _last(workspace)
+        assert bounded["n_rows"] == sum(k in chosen for k in bucket)
+        assert manifest["partitions"]["buckets"] == list(chosen)
+        assert "author buckets" in manifest["partitions"]["composition"]
+    capsys.readouterr()
+    assert main(["budget", "--dataset", "people", "--json", *root]) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert (totals["author"]["epsilon"], totals["author"]["composition"]) == (2.0, "parallel")
+    assert main([*args, "--buckets", "4", *root]) == 2  # buckets are 0..3
+    assert "has author buckets 0..3" in capsys.readouterr().err
+    timed = ["--workspace", str(timed_ws.root)]
+    assert main([*args[:2], "pheme", *args[3:], "--buckets", "0", *timed]) == 2
+    assert "has none" in capsys.readouterr().err
