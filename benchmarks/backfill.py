@@ -38,7 +38,11 @@ total (``Dataset.budget()["totals"]["document"]["epsilon"]``), which parallel co
 makes 1.0 (the most any week spent), not the number of weeks. Also reported: per-release
 wall time (the catalog's ``runs.started_at``/``finished_at``), the time per stage summed
 over the arm's releases (``stage_runs``), the benchmark process's peak RSS and each Dask
-worker's peak RSS (``resource.getrusage`` in the worker, through ``Client.run``).
+worker's peak RSS (``resource.getrusage`` in the worker, through ``Client.run``), and the
+load of the shared machine during each arm (``LoadSampler``). ``--previous JSON`` appends the
+arms of this invocation to an earlier one's (same corpus: it is deterministic), e.g. a
+``local-again`` arm after a ``local,dask`` run. A ``reading`` key added to the .json by hand
+after the run is rendered as the last section.
 """
 
 from __future__ import annotations
@@ -603,6 +607,8 @@ def render(r: dict) -> str:
             f"- after {a['arm']}: benchmark process {a['process_peak_rss_mib']:.0f} MiB "
             f"(its peak so far){extra}"
         )
+    if r.get("reading"):  # written by hand after the run, from the figures above
+        lines += ["", "## Reading", "", r["reading"]]
     lines.append("")
     return "\n".join(lines)
 

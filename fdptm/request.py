@@ -255,6 +255,8 @@ class ReleaseRequest(BaseModel):
 
         fields = self.model_dump(mode="json", exclude={"workspace", "window"})
         fields.update(since=since, until=until)
+        if fields["buckets"] is None:  # keys recorded before buckets existed stay valid
+            del fields["buckets"]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
     def replace(self, **fields: Any) -> ReleaseRequest:

@@ -73,8 +73,11 @@ This needs x to lie in one atom, for every neighbour the unit allows:
   spends are never stated at the document level.
 
 Outside this argument, as before scopes: a scoped run preprocesses whole batches (those
-that can hold its days), so a failure in that step can depend on documents outside its
-days; and its manifest commits to whole batch files (keyed HMACs). Random-DP notions are
+that can hold its days), so a failure in that step can depend on documents (and authors)
+outside its days and buckets; and its manifest commits to whole batch files (keyed HMACs).
+An empty partition is released from noise by every mechanism a scope allows, never refused
+after the spend. The author buckets' key cannot be replaced once a bucketed dataset has
+spent (``storage.workspace``). Random-DP notions are
 combined over every entry, whatever their scopes (conservative).
 """
 

@@ -218,6 +218,19 @@ class Workspace:
 
         return bool(Catalog(self).query("SELECT 1 FROM releases LIMIT 1"))
 
+    def _buckets_spent(self) -> bool:
+        """Whether the ledger holds an entry of a dataset with author buckets."""
+        if not self.catalog_path.exists():
+            return False
+        from fdptm.storage.catalog import Catalog
+
+        return bool(
+            Catalog(self).query(
+                "SELECT 1 FROM ledger l JOIN datasets d ON l.dataset = d.name"
+                " WHERE d.author_buckets IS NOT NULL LIMIT 1"
+            )
+        )
+
     def commitment(self, sha256: str) -> str:
         """HMAC-SHA256 of an input's sha256 under the workspace's secret key.
 
@@ -241,12 +254,13 @@ class Workspace:
         """
         key_path = self.root / "secret.key"
         if not key_path.exists():
-            if self.has_releases():
+            if self.has_releases() or self._buckets_spent():
                 raise FdptmError(
                     f"{key_path} is missing, but this workspace has published releases whose "
-                    "manifests commit to their inputs under that key: a new key would make "
-                    "them unverifiable. Restore secret.key from a backup (0600, owner only); "
-                    "nothing was changed"
+                    "manifests commit to their inputs under that key, or spends over author "
+                    "buckets that key assigned: a new key would make the commitments "
+                    "unverifiable and reshuffle the buckets under the ledger. Restore "
+                    "secret.key from a backup (0600, owner only); nothing was changed"
                 )
             self._create_key(key_path)
         try:
@@ -256,7 +270,8 @@ class Workspace:
         if len(key) != 32:
             raise FdptmError(
                 f"{key_path} is not a 32-byte hex key; restore it from a backup (commitments "
-                "in earlier manifests depend on it) or, if none was published yet, delete it"
+                "in earlier manifests and author buckets depend on it) or, if nothing was "
+                "published and no bucketed dataset spent yet, delete it"
             )
         return key
 

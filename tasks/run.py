@@ -103,8 +103,8 @@ def validate(spec: RunSpec) -> None:
                 f"{spec.mechanism!r} is DP under replace-one adjacency, and a replacement may "
                 "move a document to another batch or day: a release of some partitions would "
                 "see it as an addition or a removal, which replace-one DP does not bound. "
-                "Release the whole dataset (no --batches, --since or --window), or use an "
-                "add/remove mechanism such as dp-vi"
+                "Release the whole dataset (no --batches, --since, --window or --buckets), or "
+                "use an add/remove mechanism such as dp-vi"
             )
     if spec.seed is not None and not (isinstance(spec.seed, int) and 0 <= spec.seed < 2**63):
         raise BadInputError(f"seed must be an integer in [0, 2**63), got {spec.seed!r}")

@@ -382,3 +382,33 @@ def test_buckets_are_a_keyed_hash_of_the_author_alone():
     other = buckets_of(b"j" * 32, pa.array([f"u{i}" for i in range(200)]), 8).to_pylist()
     assert len(set(other)) == 8  # a key spreads 200 authors over every bucket
     assert parse_buckets("0..3") == (0, 1, 2, 3) and parse_buckets("5,1") == (1, 5)
+
+
+@pytest.mark.parametrize("name", ["hdp-lda", "zhu", "cdp-lda", "topicdp-laplace", "dp-vi"])
+def test_an_empty_partition_is_released_not_refused_after_the_spend(name):
+    """A scoped run may find no document (an empty week or bucket): failing after the spend
+    would tell that apart, so every mechanism a scope allows releases from noise."""
+    from fdptm.mechanisms.lda import Corpus
+    from fdptm.mechanisms.registry import MECHANISMS
+    from fdptm.privacy.noise import NoiseSource
+
+    context = {"n_topics": 3, "adjacency": D, "max_docs_per_author": 1, "iterations": 3}
+    context["max_tokens_per_doc"] = 50
+    mechanism = MECHANISMS[name]
+    params = mechanism.params(2.0, 1e-5, context, {})
+    for docs in (0, 2):
+        empty = Corpus(np.zeros(docs + 1, np.int64), np.zeros(0, np.int32), 6)
+        phi = np.asarray(mechanism.train(empty, 3, params, NoiseSource.create(1)))
+        assert phi.shape == (3, 6) and np.allclose(phi.sum(axis=1), 1.0)
+
+
+def test_the_bucket_key_is_never_replaced_once_a_bucketed_dataset_spent(workspace):
+    from fdptm.errors import FdptmError
+
+    ledger = _bucketed(workspace)
+    key = workspace.bucket_key()
+    ledger.reserve("d", "r", _plan(1.0, A), scope=Scope((1,), buckets=(0,)))
+    assert workspace.bucket_key() == key
+    (workspace.root / "secret.key").unlink()
+    with pytest.raises(FdptmError, match="reshuffle the buckets"):
+        workspace.bucket_key()

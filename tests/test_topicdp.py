@@ -236,10 +236,10 @@ def test_laplace_ignores_delta_and_pure_dp_accepts_zero():
         params(1.0, 1.5, variant="laplace")
 
 
-def test_unusable_corpus_is_refused(strong):
+def test_an_empty_corpus_is_released_at_the_global_bound_and_a_wrong_k_refused(strong):
     empty = Corpus(np.array([0, 0]), np.array([], dtype=np.int32), 10, None)
-    with pytest.raises(BadInputError, match="no tokens"):
-        train_topicdp(empty, 5, params(), NoiseSource.create(0))
+    phi = train_topicdp(empty, 5, params(), NoiseSource.create(0))
+    assert phi.shape == (5, 10) and np.allclose(phi.sum(axis=1), 1.0)
     with pytest.raises(BadInputError, match="topics"):
         train_topicdp(strong.corpus, 4, params(), NoiseSource.create(0))
 

@@ -296,8 +296,12 @@ def train_hdp_lda(
     *,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """HDP-LDA (Algorithm 1) and a final sanitization; returns the DP phi (topics x words)."""
-    _check(corpus, n_topics)
+    """HDP-LDA (Algorithm 1) and a final sanitization; returns the DP phi (topics x words).
+
+    A corpus without tokens (an empty partition) still gets every noisy release, so whether
+    a release appears never tells an empty input apart."""
+    if n_topics < 1:
+        raise BadInputError(f"the number of topics must be >= 1, got {n_topics}")
     gen = noise.generator
     z, n_dk, n_wk, _ = init_counts(corpus, n_topics, gen)
     uniforms = np.empty(corpus.n_tokens)

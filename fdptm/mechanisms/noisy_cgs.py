@@ -198,8 +198,6 @@ def train_noisy_cgs(
     """Run the variant's T sweeps; returns phi (topics x words) from the noisy counts."""
     if n_topics < 1:
         raise BadInputError(f"the number of topics must be >= 1, got {n_topics}")
-    if corpus.n_tokens == 0:
-        raise BadInputError("the corpus has no tokens left to train on")
     gen = noise.generator
     z, n_dk, n_wk, n_k = init_counts(corpus, n_topics, gen)
     uniforms = np.empty(corpus.n_tokens)

@@ -691,14 +691,14 @@ def run_topicdp(
     if n_topics != params.n_topics:
         raise BadInputError(f"params are for {params.n_topics} topics, asked for {n_topics}")
     check_vocabulary(params, corpus.n_words)
-    if corpus.n_tokens == 0:
-        raise BadInputError("the corpus has no tokens left to train on")
     gen = noise.generator
     seed = int(gen.integers(0, _SEED_BOUND))
     phi = fit(corpus, n_topics, params, seed, progress)
     sampled = distances = None
     sensitivity = params.global_l1
-    if params.sampled:
+    if params.sampled and corpus.n_tokens == 0:  # no unit to sample neighbours from
+        sensitivity = params.global_l2
+    elif params.sampled:
         distances = sample_distances(corpus, n_topics, params, phi, seed, gen, progress)
         sampled = order_statistic(distances, params.order)
         sensitivity = min(sampled, params.global_l2)
