@@ -31,7 +31,6 @@ from fdptm.errors import BadInputError
 EPOCH = dt.date(1970, 1, 1)
 MICROS_PER_DAY = 86_400_000_000
 WINDOWS = ("day", "week", "month")
-LAST_WINDOWS = tuple(f"last-{w}" for w in WINDOWS)
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
 
 
@@ -191,10 +190,6 @@ class Scope:
         if self.since is None:
             return None
         return day_number(self.since), day_number(self.until)
-
-    def keys(self) -> dict:
-        """The partitions this scope covers, as a manifest names them (keys, never sizes)."""
-        return self.to_dict()
 
     def in_days(self, day: pa.Array) -> pa.Array | None:
         """Which rows (by their day) lie in the scope's days; None when it has no days.

@@ -318,7 +318,7 @@ def partitions_statement(spec: RunSpec, ledger: Ledger) -> dict:
             "parallel at the document level"
         )
     return {
-        **spec.scope.keys(),  # a release's batches are resolved before it reserves
+        **spec.scope.to_dict(),  # keys, never sizes; batches are resolved before reserving
         "days": "every document of these batches"
         if spec.since is None
         else "documents timestamped in [since, until), UTC days",
