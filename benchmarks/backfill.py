@@ -476,8 +476,14 @@ def render(r: dict) -> str:
         f"distinct words), one JSONL batch per week, range {r['range'][0]}..{r['range'][1]} "
         f"({ing['week_partitions']} week windows, {ing['atoms_batch_week']} (batch, week) "
         f"atoms). Generated in {c['generate_seconds']:.0f} s; ingest of the {ing['batches']} "
-        f"batches {ing['seconds']:.1f} s ({ing['documents_per_second']:,.0f} documents/s), "
-        "once, before the arms, not part of any arm's time.",
+        "batches "
+        + " and ".join(
+            f"{run['ingest']['seconds']:.1f} s ({run['ingest']['documents_per_second']:,.0f} "
+            "documents/s)"
+            for run in runs
+        )
+        + (" (invocations 1 and 2)" if len(runs) > 1 else "")
+        + ", once per invocation, before the arms, not part of any arm's time.",
         "",
         "Each release: "
         + ", ".join(f"{k} {v}" for k, v in r["fields"].items())
@@ -520,7 +526,8 @@ def render(r: dict) -> str:
             for a in r["arms"]
             if "cluster_start_seconds" in a
         )
-        + ". Ratio: the arm's wall time over the local arm's (below 1 is faster). Mean load: "
+        + ". Ratio: the arm's wall time over the local (or local-again) arm's (below 1 is "
+        "faster). Mean load: "
         "the 1-minute load average sampled every 15 s during the arm (2 cores: about 2 is "
         "the arm alone); pytest running: the share of those samples in which a pytest "
         "process (another test run on this shared machine) was running. Releases "

@@ -6,8 +6,8 @@ release per partition under the backfill. The tasks run one after another by def
 release already uses every core); ``dask_address`` fans them out on a Dask cluster
 (prefect-dask). Every release reserves its budget through the ledger atomically, so
 partitions released at once can never overspend the cap. A partition that fails (a
-refused budget, a vocabulary too small) is reported and the others go on; one whose
-release spent and cannot go on is reported as ``not-retried``.
+refused budget, a vocabulary too small, or anything unexpected) is reported and the others
+go on; one whose release spent and cannot go on is reported as ``not-retried``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def partition_task(partition: Partition) -> dict:
             "status": "failed",
             "exit_code": exc.exit_code,
             "error": str(exc),
+        }
+    except Exception as exc:  # reported for this partition; its message stays in the run's
+        # catalog record and logs (a foreign message might quote data, or not unpickle)
+        return {
+            "partition": partition.label,
+            "status": "failed",
+            "exit_code": 1,
+            "error": f"unexpected {type(exc).__name__}; the run's catalog record and Prefect "
+            "logs have the details",
         }
     return {
         "partition": partition.label,
