@@ -53,43 +53,37 @@ def days(ts: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def parse_batches(text: str | None) -> tuple[int, ...] | None:
     """``"3..5"`` (inclusive) or ``"1,3,7"`` as sorted batch numbers; None for all."""
-    if text is None:
-        return None
-    if match := _RANGE.match(text):
-        low, high = int(match[1]), int(match[2])
-        if low < 1 or high < low:
-            raise BadInputError(f"batches {text!r}: a range is LOW..HIGH with 1 <= LOW <= HIGH")
-        return tuple(range(low, high + 1))
-    try:
-        seqs = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        seqs = []
-    if not seqs or seqs[0] < 1:
-        raise BadInputError(
-            f"batches {text!r}: give a range (3..5) or a comma-separated list (1,3,7) of batch "
-            "numbers >= 1 (`fdptm partitions --dataset NAME` lists them)"
-        )
-    return tuple(seqs)
+    return _numbers(
+        text,
+        1,
+        "a range (3..5) or a comma-separated list (1,3,7) of batch numbers >= 1 "
+        "(`fdptm partitions --dataset NAME` lists them)",
+        "batches",
+    )
 
 
 def parse_buckets(text: str | None) -> tuple[int, ...] | None:
     """``"0..3"`` (inclusive) or ``"1,5"`` as sorted author buckets (from 0); None for all."""
+    return _numbers(
+        text, 0, "a range (0..3) or a comma-separated list (1,5) of author buckets >= 0", "buckets"
+    )
+
+
+def _numbers(text: str | None, low: int, what: str, name: str) -> tuple[int, ...] | None:
+    """``LOW..HIGH`` or ``a,b,c`` as sorted distinct integers >= ``low``; None for None."""
     if text is None:
         return None
     if match := _RANGE.match(text):
-        low, high = int(match[1]), int(match[2])
-        if high < low:
-            raise BadInputError(f"buckets {text!r}: a range is LOW..HIGH with LOW <= HIGH")
-        return tuple(range(low, high + 1))
+        first, last = int(match[1]), int(match[2])
+        if first < low or last < first:
+            raise BadInputError(f"{name} {text!r}: a range is LOW..HIGH with {low} <= LOW <= HIGH")
+        return tuple(range(first, last + 1))
     try:
         found = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
         found = []
-    if not found or found[0] < 0:
-        raise BadInputError(
-            f"buckets {text!r}: give a range (0..3) or a comma-separated list (1,5) of author "
-            "buckets >= 0"
-        )
+    if not found or found[0] < low:
+        raise BadInputError(f"{name} {text!r}: give {what}")
     return tuple(found)
 
 
