@@ -84,3 +84,15 @@ def timed_pheme(tmp_path_factory, pheme_raw) -> list[Path]:
         )
         paths.append(path)
     return paths
+
+
+@pytest.fixture(scope="module")
+def timed_ws(tmp_path_factory, timed_pheme, prefect_harness):
+    """A workspace per test module holding ``timed_pheme`` as dataset ``pheme`` (2 batches)."""
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks.ingest import ingest
+
+    workspace = Workspace.resolve(tmp_path_factory.mktemp("timed") / "ws")
+    for path in timed_pheme:
+        ingest(path, "pheme", workspace)
+    return workspace

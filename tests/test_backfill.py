@@ -42,14 +42,6 @@ def _request(epsilon: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def timed_ws(tmp_path_factory, timed_pheme, prefect_harness) -> Workspace:
-    workspace = Workspace.resolve(tmp_path_factory.mktemp("backfill") / "ws")
-    for path in timed_pheme:
-        ingest(path, "pheme", workspace)
-    return workspace
-
-
 def _released(workspace: Workspace, epsilon: float) -> list[str]:
     rows = Catalog(workspace).query(
         "SELECT json_extract_string(r.params, '$.since') AS since FROM releases rel"

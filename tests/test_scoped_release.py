@@ -24,16 +24,6 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 MONDAY = dt.date(2024, 1, 1)
 
 
-@pytest.fixture(scope="module")
-def timed_ws(tmp_path_factory, timed_pheme, prefect_harness):
-    from fdptm.storage.workspace import Workspace
-
-    workspace = Workspace.resolve(tmp_path_factory.mktemp("scoped") / "ws")
-    for path in timed_pheme:
-        ingest(path, "pheme", workspace)
-    return workspace
-
-
 def _release(workspace, *extra: str, epsilon: str = "2") -> int:
     return main(
         [
