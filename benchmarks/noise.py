@@ -34,12 +34,12 @@ import numpy as np  # noqa: E402
 from m2 import _mechanism  # noqa: E402  (sets the single-thread numba environment first)
 from run import _pheme_corpus, machine  # noqa: E402
 
+from fdptm.parallel import workers  # noqa: E402
 from fdptm.privacy.noise import (  # noqa: E402
     OPENDP_GAUSSIAN,
     OPENDP_LAPLACE,
     NoiseSource,
     opendp_measurement,
-    workers,
 )
 
 ROUNDS = 3

@@ -19,7 +19,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from fdptm.audit.shadows import ModelScores
 from fdptm.flows.release import release
-from fdptm.privacy.noise import workers as usable_cores
+from fdptm.parallel import workers as usable_cores
 from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, plan_audit

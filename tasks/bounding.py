@@ -1,15 +1,15 @@
 """Contribution bounding: cap each author's documents and each document's tokens.
 
-At most ``max_docs_per_author`` documents per author, chosen by a keyed hash of
-(run seed, author, document id), i.e. a uniformly random sample that is deterministic given
-the run seed and depends on the author's own documents only; at most
+At most ``max_docs_per_author`` documents per author, those of smallest keyed hash of
+(author, document id) under the run's seed (SipHash-2-4, ``fdptm.kernels.siphash``), i.e. a
+uniformly random sample that is deterministic given the run seed and depends on the
+author's own documents only (when no author is over the cap, nothing is hashed); at most
 ``max_tokens_per_doc`` tokens per document (its first ones). Both are per-author functions,
 so they are stable (FDPTM Appendix F, Lemma F.1) and make author-level sensitivities finite.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError
+from fdptm.kernels import siphash
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,16 @@ class Bounds:
         return asdict(self)
 
 
-def _keys(seed: int, authors: list[str], docs: list[str]) -> np.ndarray:
-    salt = seed.to_bytes(16, "little", signed=False)
-    return np.fromiter(
-        (
-            int.from_bytes(
-                hashlib.blake2b(f"{a}\x1f{d}".encode(), digest_size=8, key=salt).digest(), "little"
-            )
-            for a, d in zip(authors, docs, strict=True)
-        ),
-        dtype=np.uint64,
-        count=len(docs),
-    )
+def _keys(seed: int, authors: pa.ChunkedArray, docs: pa.ChunkedArray) -> np.ndarray:
+    """SipHash-2-4 of "author \x1f document" per row, keyed with the run's seed (128 bits)."""
+    text = pc.binary_join_element_wise(authors, docs, "\x1f").combine_chunks()
+    text = text.cast(pa.large_string())
+    _, offsets, data = text.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int64)[text.offset : text.offset + len(text) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    key = seed.to_bytes(16, "little", signed=False)
+    k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    return siphash.hash_strings(k0, k1, data, offsets)
 
 
 def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table:
@@ -55,13 +54,22 @@ def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table
         return tokens
     authors = pc.dictionary_encode(tokens.column("author_id")).combine_chunks()
     codes = authors.indices.to_numpy(zero_copy_only=False)
-    keys = _keys(seed, tokens.column("author_id").to_pylist(), tokens.column("doc_id").to_pylist())
+    sizes = np.bincount(codes)
+    if sizes.max() <= bounds.max_docs_per_author:  # every document is kept: nothing to rank
+        kept = tokens
+    else:
+        kept = tokens.take(pa.array(_sample(tokens, codes, bounds, seed)))
+    limited = pc.list_slice(kept.column("tokens"), 0, bounds.max_tokens_per_doc)
+    return kept.set_column(kept.schema.get_field_index("tokens"), "tokens", limited)
+
+
+def _sample(tokens: pa.Table, codes: np.ndarray, bounds: Bounds, seed: int) -> np.ndarray:
+    """Row numbers of each author's ``max_docs_per_author`` documents of smallest key, in
+    their original order."""
+    keys = _keys(seed, tokens.column("author_id"), tokens.column("doc_id"))
     order = np.lexsort((keys, codes))
     sorted_codes = codes[order]
     starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
     group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     rank = np.arange(len(order)) - group_start
-    keep = np.sort(order[rank < bounds.max_docs_per_author])
-    kept = tokens.take(pa.array(keep))
-    limited = pc.list_slice(kept.column("tokens"), 0, bounds.max_tokens_per_doc)
-    return kept.set_column(kept.schema.get_field_index("tokens"), "tokens", limited)
+    return np.sort(order[rank < bounds.max_docs_per_author])

@@ -1,15 +1,17 @@
 """PRE: stable preprocessing (FDPTM paper section 3.5; Algorithm 1 line 2).
 
 Per document: lower-case, remove URLs and @mentions (identifiers, not words), strip every
-non-alphabetic character, tokenize (nltk ``RegexpTokenizer``), drop stop words (nltk's
-English list), drop tokens shorter than 3 or longer than 15 characters, lemmatize with
-WordNet (nltk), and apply the stop-word and length rules once more to the lemmas so every
-output token obeys them.
+non-alphabetic character, tokenize (the runs of letters, as nltk's ``RegexpTokenizer``
+finds them), drop stop words (nltk's English list), drop tokens shorter than 3 or longer
+than 15 characters, lemmatize with WordNet (nltk), and apply the stop-word and length rules
+once more to the lemmas so every output token obeys them.
 
 Stable (FDPTM Appendix F, Definition F.1 / Lemma F.1): a document's tokens are a function of
 that document's text alone (no corpus statistics), so composing PRE with a DP mechanism
-keeps the mechanism's guarantee. Each distinct token is lemmatized once per call, which
-changes nothing but the speed.
+keeps the mechanism's guarantee. The work is vectorised over chunks of documents (Python's
+``str.lower`` and ``re`` once per chunk, Arrow compute for the rest) and each distinct token
+is lemmatized once per call, which changes nothing but the speed: the output is the same
+per-document function.
 
 Output per batch (internal, not DP): ``doc_id``, ``author_id``, ``tokens`` (list of
 strings), cached in the catalog by batch content hash and PRE configuration.
@@ -23,8 +25,9 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pyarrow as pa
-from nltk.tokenize import RegexpTokenizer
+import pyarrow.compute as pc
 
 from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
@@ -34,9 +37,10 @@ from fdptm.text import lemmatizer, stop_words
 
 _URL = re.compile(r"(?:https?://|www\.)\S+")
 _MENTION = re.compile(r"@\w+")
-_NON_ALPHA = re.compile(r"[^a-z]+")
-_TOKENIZER = RegexpTokenizer(r"[a-z]+")
-_CHUNK = 2000
+_NON_ALPHA = r"[^a-z]+"
+_CHUNK = 100_000
+"""Documents per PRE chunk: one joined string of this many documents is lower-cased and
+cleaned at a time, so memory per chunk stays in the tens of MB."""
 
 
 @dataclass(frozen=True)
@@ -52,18 +56,107 @@ class PreConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _raw_tokens(text: str, cfg: PreConfig, stops: frozenset[str]) -> list[str]:
-    text = text.lower()
+def _joined(texts: pa.Array) -> str:
+    """The texts as one string, joined by newlines, each newline inside a text made a space
+    (null texts are empty)."""
+    if len(texts) == 0:
+        return ""
+    flat = pc.replace_substring(pc.fill_null(texts, ""), "\n", " ").cast(pa.large_string())
+    lists = pa.LargeListArray.from_arrays(pa.array([0, len(flat)], pa.int64()), flat)
+    return pc.binary_join(lists, pa.scalar("\n", pa.large_string()))[0].as_py()
+
+
+def _raw_token_lists(texts: pa.Array, cfg: PreConfig) -> pa.ListArray:
+    """Per text: lower-case, blank URLs and @mentions, then the runs of letters a-z.
+
+    Python's ``str.lower`` and ``re`` run once over the chunk's texts joined by newlines,
+    not once per document. Joining changes nothing: a newline inside a text was made a
+    space, which every pattern treats alike (whitespace, not a word character, not a
+    letter), so no match crosses from one document into the next, and ``str.lower`` maps
+    character by character (its one context rule, the Greek final sigma, yields a non-ASCII
+    letter either way, which the letter filter removes). The runs of a-z are what nltk's
+    ``RegexpTokenizer("[a-z]+")`` finds; splitting at every other character (Arrow, RE2) is
+    the same tokenisation, checked against nltk in tests/test_preprocess.py.
+    """
+    text = _joined(texts).lower()
     if cfg.strip_urls:
         text = _URL.sub(" ", text)
     if cfg.strip_mentions:
         text = _MENTION.sub(" ", text)
-    text = _NON_ALPHA.sub(" ", text)
-    return [
-        t
-        for t in _TOKENIZER.tokenize(text)
-        if cfg.min_len <= len(t) <= cfg.max_len and t not in stops
-    ]
+    docs = pc.split_pattern(pa.array([text], pa.large_string()), "\n")
+    docs = pc.list_flatten(docs).slice(0, len(texts))
+    letters = pc.replace_substring_regex(docs, _NON_ALPHA, " ")
+    return pc.utf8_split_whitespace(letters)
+
+
+def _keep(tokens: pa.Array, cfg: PreConfig, stops: pa.Array) -> pa.Array:
+    """Tokens within the length rules and not stop words (a boolean mask)."""
+    lengths = pc.utf8_length(tokens)
+    return pc.and_(
+        pc.and_(pc.greater_equal(lengths, cfg.min_len), pc.less_equal(lengths, cfg.max_len)),
+        pc.invert(pc.is_in(tokens, value_set=stops)),
+    )
+
+
+def _filtered_lists(lists: pa.ListArray, mask: pa.Array, n_docs: int) -> pa.ListArray:
+    """``lists`` keeping the flattened values where ``mask`` is true."""
+    parents = pc.list_parent_indices(lists).filter(mask).to_numpy()
+    offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parents, minlength=n_docs), out=offsets[1:])
+    values = pc.list_flatten(lists).filter(mask)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), values.cast(pa.string()))
+
+
+class _Lemmas:
+    """WordNet lemmas of distinct tokens, each looked up once; None where the lemma breaks
+    the stop-word or length rules."""
+
+    def __init__(self, cfg: PreConfig, stops: frozenset[str]) -> None:
+        self.cfg, self.stops, self.known = cfg, stops, {}
+        self.lemmatize = lemmatizer().lemmatize
+
+    def of(self, words: list[str]) -> list[str | None]:
+        out = []
+        for w in words:
+            if w not in self.known:
+                lemma = self.lemmatize(w)
+                ok = self.cfg.min_len <= len(lemma) <= self.cfg.max_len and lemma not in self.stops
+                self.known[w] = lemma if ok else None
+            out.append(self.known[w])
+        return out
+
+
+def _preprocess_chunk(texts: pa.Array, cfg: PreConfig, lemmas: _Lemmas) -> pa.ListArray:
+    stops = pa.array(sorted(lemmas.stops), pa.string())
+    raw = _raw_token_lists(texts, cfg)
+    raw = _filtered_lists(raw, _keep(pc.list_flatten(raw), cfg, stops), len(texts))
+    encoded = pc.dictionary_encode(pc.list_flatten(raw))
+    lemma_of = pa.array(lemmas.of(encoded.dictionary.to_pylist()), pa.string())
+    lemma = lemma_of.take(encoded.indices)
+    return _filtered_lists(
+        pa.LargeListArray.from_arrays(raw.offsets, lemma), pc.is_valid(lemma), len(texts)
+    ).cast(pa.list_(pa.string()))
+
+
+def preprocess_array(
+    texts: pa.Array | pa.ChunkedArray,
+    cfg: PreConfig = PreConfig(),
+    progress: Callable[[int], None] | None = None,
+) -> pa.ListArray:
+    """PRE on each text independently, as Arrow: a list of tokens per text (null texts
+    give no tokens). Vectorised: no Python loop per document or token, only per distinct
+    token (its lemma, once per call)."""
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    lemmas = _Lemmas(cfg, stop_words())
+    parts = []
+    for start in range(0, len(texts), _CHUNK):
+        chunk = texts.slice(start, _CHUNK)
+        parts.append(_preprocess_chunk(chunk, cfg, lemmas))
+        if progress:
+            progress(len(chunk))
+    if not parts:
+        return pa.array([], pa.list_(pa.string()))
+    return pa.concat_arrays(parts)
 
 
 def preprocess_texts(
@@ -71,22 +164,8 @@ def preprocess_texts(
     cfg: PreConfig = PreConfig(),
     progress: Callable[[int], None] | None = None,
 ) -> list[list[str]]:
-    """PRE on each text independently; distinct tokens are lemmatized once."""
-    stops = stop_words()
-    raw = []
-    for start in range(0, len(texts), _CHUNK):
-        raw.extend(_raw_tokens(t, cfg, stops) for t in texts[start : start + _CHUNK])
-        if progress:
-            progress(len(texts[start : start + _CHUNK]))
-    lemmatize = lemmatizer().lemmatize
-    lemmas: dict[str, str | None] = {}
-    for tokens in raw:
-        for t in tokens:
-            if t not in lemmas:
-                lemma = lemmatize(t)
-                ok = cfg.min_len <= len(lemma) <= cfg.max_len and lemma not in stops
-                lemmas[t] = lemma if ok else None
-    return [[lem for t in tokens if (lem := lemmas[t]) is not None] for tokens in raw]
+    """``preprocess_array`` on a list of strings, as lists."""
+    return preprocess_array(pa.array(texts, pa.string()), cfg, progress).to_pylist()
 
 
 TOKENS_SCHEMA = pa.schema(
@@ -127,12 +206,12 @@ def preprocess_batch(
             progress(batch["n_rows"])
         return cached
     rows = read_parquet(workspace.root / batch["path"], batch["sha256"])
-    tokens = preprocess_texts(rows.column("text").to_pylist(), cfg, progress)
+    tokens = preprocess_array(rows.column("text"), cfg, progress)
     table = pa.table(
         {
             "doc_id": rows.column("doc_id"),
             "author_id": rows.column("author_id"),
-            "tokens": pa.array(tokens, pa.list_(pa.string())),
+            "tokens": tokens,
             "day": days(rows.column("ts")),
         },
         schema=TOKENS_SCHEMA,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
-from fdptm.tasks.bounding import Bounds, bound_contributions
+from fdptm.kernels import siphash
+from fdptm.tasks.bounding import Bounds, _keys, bound_contributions
 
 
 def _table(rows):
@@ -47,3 +49,38 @@ def test_an_authors_sample_ignores_other_authors():
     full = _kept(bound_contributions(_table(ROWS), b, 9))
     only_a1 = _kept(bound_contributions(_table([r for r in ROWS if r[1] == "a1"]), b, 9))
     assert {d: t for d, t in full.items() if d in {r[0] for r in ROWS if r[1] == "a1"}} == only_a1
+
+
+def test_siphash_matches_the_reference_test_vectors():
+    """SipHash-2-4 with key 00..0f (the reference implementation's vectors): the empty
+    message and the 15-byte message 00..0e, and the 8-byte boundary (00..07)."""
+    key = bytes(range(16))
+    k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    message = np.arange(64, dtype=np.uint8)
+    assert siphash.siphash24(k0, k1, message, 0, 0) == 0x726FDB47DD0E0E31
+    assert siphash.siphash24(k0, k1, message, 0, 15) == 0xA129CA6149BE45E5
+    assert siphash.siphash24(k0, k1, message, 0, 8) == 0x93F5F5799A932462
+
+
+def test_keys_are_siphash_of_author_and_document_per_row():
+    """The vectorised keys equal SipHash of "author\\x1fdoc" row by row, also on a sliced,
+    multi-chunk table with non-ASCII ids."""
+    rows = [(f"d{i}é", f"auteur{i % 4}", ["w"]) for i in range(50)]
+    table = pa.concat_tables([_table(rows[:20]), _table(rows[20:])]).slice(5, 40)
+    seed = 2**64 - 3
+    key = seed.to_bytes(16, "little")
+    k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    expected = []
+    for a, d in zip(
+        table.column("author_id").to_pylist(), table.column("doc_id").to_pylist(), strict=True
+    ):
+        raw = np.frombuffer(f"{a}\x1f{d}".encode(), dtype=np.uint8)
+        expected.append(siphash.siphash24(k0, k1, raw, 0, len(raw)))
+    keys = _keys(seed, table.column("author_id"), table.column("doc_id"))
+    assert keys.tolist() == expected
+
+
+def test_authors_within_the_cap_keep_every_document_in_order():
+    out = bound_contributions(_table(ROWS), Bounds(max_docs_per_author=10, max_tokens_per_doc=2), 3)
+    assert out.column("doc_id").to_pylist() == [r[0] for r in ROWS]
+    assert out.column("tokens").to_pylist() == [r[2][:2] for r in ROWS]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -88,6 +89,32 @@ def only(unit: int, n_units: int) -> np.ndarray:
     mask = np.zeros(n_units, dtype=bool)
     mask[unit] = True
     return mask
+
+
+def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkeypatch):
+    """The chunked statistic equals the one-unit-at-a-time sum to rounding, and is the same
+    bits on one thread and on two; so is a seeded training (issue 13: results must not
+    depend on the number of workers)."""
+    from fdptm.parallel import workers
+
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    p = params(clip=3.0)
+    beta = random_beta(120, 4, 0)
+    included = np.random.default_rng(5).random(data.n_units) < 0.7
+    outputs = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("FDPTM_THREADS", threads)
+        assert workers() == min(int(threads), len(os.sched_getaffinity(0)))
+        stats_, norms = dp_vi.clipped_statistics(data, beta, p, included)
+        phi = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(11))
+        outputs[threads] = (stats_, norms, phi)
+    for a, b in zip(outputs["1"], outputs["2"], strict=True):
+        assert np.array_equal(a, b)
+    one_by_one = sum(
+        dp_vi.clipped_statistics(data, beta, p, only(u, data.n_units) & included)[0]
+        for u in range(data.n_units)
+    )
+    np.testing.assert_allclose(outputs["1"][0], one_by_one, rtol=1e-12, atol=1e-12)
 
 
 def test_each_authors_clipped_statistic_has_norm_at_most_C(small):

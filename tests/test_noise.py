@@ -27,9 +27,13 @@ from fdptm.privacy.noise import (
     OPENDP_GRID_LAPLACE,
     OPENDP_LAPLACE,
     OPENDP_QUANTILE,
+    OPENDP_ROUNDED_GAUSSIAN,
+    OPENDP_ROUNDED_LAPLACE,
+    ROUNDING_EXPONENT,
     SAFE_SAMPLERS,
     NoiseSource,
     opendp_measurement,
+    rounded_scale,
 )
 
 ALPHA = 1e-6
@@ -94,6 +98,54 @@ def test_opendp_measurements_do_not_round_the_input():
     tiny = opendp_measurement(OPENDP_GAUSSIAN, 2.0**-1070, 64)(np.zeros(64))
     grid_steps = np.array(tiny) / 2.0**-1074  # draws in units of the smallest subnormal
     assert np.array_equal(grid_steps, np.round(grid_steps)) and np.abs(grid_steps).max() > 1
+
+
+@pytest.mark.parametrize(
+    ("sampler", "scale", "sensitivity", "size"),
+    [
+        (OPENDP_ROUNDED_GAUSSIAN, 0.7, 1.0, 10),
+        (OPENDP_ROUNDED_GAUSSIAN, 3.0, 0.01, 1_000_000),
+        (OPENDP_ROUNDED_LAPLACE, 2.5, 2.0, 10),
+        (OPENDP_ROUNDED_LAPLACE, 2.5, 2.0, 1_000_000),
+    ],
+)
+def test_rounded_scale_keeps_the_stated_loss(sampler, scale, sensitivity, size):
+    """OpenDP's own privacy map of the rounded sampler at the enlarged scale is at most the
+    loss the mechanism accounted for (rho = s^2 / (2 sigma^2), or epsilon = s / b); at the
+    unenlarged scale it is more (the rounding is charged), and the enlargement is the
+    rounding's reach over the sensitivity (under 10^-6 even at a million entries)."""
+    gaussian = sampler == OPENDP_ROUNDED_GAUSSIAN
+    promised = sensitivity**2 / (2 * scale**2) if gaussian else sensitivity / scale
+    enlarged = rounded_scale(sampler, scale, sensitivity, size)
+    assert opendp_measurement(sampler, enlarged, size).map(sensitivity) <= promised
+    assert opendp_measurement(sampler, scale, size).map(sensitivity) > promised
+    reach = 2.0**ROUNDING_EXPONENT * (math.sqrt(size) if gaussian else size)
+    assert enlarged / scale == pytest.approx(1 + reach / sensitivity, rel=1e-8)
+    assert enlarged / scale < 1 + 1e-6
+
+
+@pytest.mark.parametrize("kind", ["laplace", "gaussian"])
+def test_rounded_samplers_lie_on_their_grid_with_the_stated_scale(kind):
+    """Given the sensitivity, a secure source draws from the rounded sampler: inputs on the
+    grid 2^ROUNDING_EXPONENT come back on it (an exact sum on the grid), and the residuals
+    have the stated scale (KS at ALPHA, as for the exact samplers above; the enlargement is
+    far below what the test can see)."""
+    noise = NoiseSource.create(None)
+    grid = 2.0**ROUNDING_EXPONENT
+    x = np.random.default_rng(3).integers(-1000, 1000, N_DRAWS) * grid * 7
+    if kind == "laplace":
+        y, law = noise.add_laplace(x, 2.5, 2.0), stats.laplace(scale=2.5)
+        sampler = OPENDP_ROUNDED_LAPLACE
+    else:
+        y, law = noise.add_gaussian(x, 0.7, 1.0), stats.norm(scale=0.7)
+        sampler = OPENDP_ROUNDED_GAUSSIAN
+    steps = y / grid
+    assert np.array_equal(steps, np.round(steps))
+    assert stats.kstest(y - x, law.cdf).pvalue > ALPHA
+    assert noise.draws == {sampler: N_DRAWS}
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="sensitivity"):
+            noise.add_gaussian(x[:3], 0.7, bad)
 
 
 def test_large_vectors_keep_their_order_across_worker_chunks():
@@ -188,9 +240,9 @@ def _expected(name: str, options: dict) -> dict[str, tuple[int, int]]:
     triangle, counts = V * (V + 1) // 2, (D + V) * K
     config = options.get("config")
     return {
-        "hdp-lda": {OPENDP_LAPLACE: ((T + 1) * V * K,) * 2},
+        "hdp-lda": {OPENDP_ROUNDED_LAPLACE: ((T + 1) * V * K,) * 2},
         # the corpus's last word plays SAN's OOV id, which dp-vi leaves out (not noised)
-        "dp-vi": {OPENDP_GAUSSIAN: (T * (V - 1) * K,) * 2},
+        "dp-vi": {OPENDP_ROUNDED_GAUSSIAN: (T * (V - 1) * K,) * 2},
         "zhu": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda-plus": {OPENDP_GRID_LAPLACE: (T * counts + V * K,) * 2},
@@ -251,7 +303,8 @@ def test_dp_set_union_noises_every_candidate_through_opendp(policy):
 
 def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     """dp-vi's private clip draws OpenDP's quantile once; a tuned run's trials draw only
-    OpenDP Gaussians (statistics and scores) and the quantile."""
+    OpenDP Gaussians (the rounded sampler for statistics, the exact one for scores) and the
+    quantile."""
     from fdptm.mechanisms.registry import tuned
 
     context = {
@@ -264,12 +317,13 @@ def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     noise = NoiseSource.create(None)
     m = mechanism("dp-vi")
     m.train(corpus, K, m.params(2.0, 1e-5, context, {"clip": "private"}), noise)
-    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_GAUSSIAN: T * (V - 1) * K}
+    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_ROUNDED_GAUSSIAN: T * (V - 1) * K}
     noise = NoiseSource.create(None)
     options = {"tune_iterations": "2", "tune_clips": "private", "mean_trials": 2.0}
     t = tuned("dp-vi")
     phi = t.train(corpus, K, t.params(2.0, 1e-5, context, options), noise)
     assert np.allclose(phi.sum(axis=1), 1.0)
     trials = noise.draws[OPENDP_QUANTILE]
-    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_GAUSSIAN}
-    assert noise.draws[OPENDP_GAUSSIAN] == trials * (2 * (V - 1) * K + 1)
+    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_ROUNDED_GAUSSIAN, OPENDP_GAUSSIAN}
+    assert noise.draws[OPENDP_ROUNDED_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
+    assert noise.draws[OPENDP_GAUSSIAN] == trials  # scores

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 import string
+from pathlib import Path
 
 import nltk
 import pyarrow as pa
@@ -20,7 +23,9 @@ from fdptm.tasks.preprocess import (
     preprocess_texts,
     read_tokens,
 )
-from fdptm.text import stop_words
+from fdptm.text import lemmatizer, stop_words
+
+PHEME_RAW = Path(__file__).resolve().parents[2] / "shared" / "data" / "pheme" / "pheme_raw.json"
 
 TWEET = (
     "EXTENDED: Dramatic video of gunfire inside hallways of Parliament Hill. "
@@ -79,6 +84,47 @@ def test_a_documents_tokens_depend_on_it_alone(doc, others, position):
     corpus = list(others)
     corpus.insert(min(position, len(corpus)), doc)
     assert preprocess_texts(corpus)[min(position, len(others))] == alone
+
+
+def _per_document(text: str, cfg: PreConfig | None = None) -> list[str]:
+    """PRE's rules one document at a time, with nltk's ``RegexpTokenizer``: the reference
+    the vectorised implementation must equal."""
+    cfg = cfg or PreConfig()
+    stops, lemmatize = stop_words(), lemmatizer().lemmatize
+    text = text.lower()
+    text = re.sub(r"(?:https?://|www\.)\S+", " ", text) if cfg.strip_urls else text
+    text = re.sub(r"@\w+", " ", text) if cfg.strip_mentions else text
+    text = re.sub(r"[^a-z]+", " ", text)
+    out = []
+    for token in nltk.tokenize.RegexpTokenizer(r"[a-z]+").tokenize(text):
+        if cfg.min_len <= len(token) <= cfg.max_len and token not in stops:
+            lemma = lemmatize(token)
+            if cfg.min_len <= len(lemma) <= cfg.max_len and lemma not in stops:
+                out.append(lemma)
+    return out
+
+
+def test_vectorised_pre_equals_the_per_document_rules_on_real_tweets():
+    """Every PHEME raw tweet (URLs, mentions, emoji, accents, newlines) gets exactly the
+    tokens of the per-document reference, also under another configuration."""
+    texts = json.loads(PHEME_RAW.read_text())["text"]
+    assert preprocess_texts(texts) == [_per_document(t) for t in texts]
+    cfg = PreConfig(min_len=2, max_len=8, strip_urls=False, strip_mentions=False)
+    assert preprocess_texts(texts, cfg) == [_per_document(t, cfg) for t in texts]
+
+
+odd = st.text(
+    alphabet=string.ascii_letters + " .,!'#@-:/_\n\t0123456789éÉİıΣσςK\u2028\x85ﬁ", max_size=60
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(odd, max_size=8))
+def test_vectorised_pre_equals_the_per_document_rules_on_odd_text(texts):
+    """Newlines, Unicode line separators, Turkish dotted I, Greek sigma, the Kelvin sign and
+    ligatures: joining a chunk's texts must not change any document's tokens."""
+    texts = [*texts, "www.x.org/@y http://a.b\nhttps://c @d\ne"]
+    assert preprocess_texts(texts) == [_per_document(t) for t in texts]
 
 
 def test_config_changes_the_cache_key():

@@ -35,8 +35,12 @@ def generate_lda(
     eta: float = 0.05,
     docs_per_author: int = 1,
     seed: int = 0,
+    phi: np.ndarray | None = None,
 ) -> SyntheticLda:
     """Draw an LDA corpus; document lengths are 3 + Poisson(doc_length - 3).
+
+    ``phi`` (k x V) fixes the topics instead of drawing them (chunks of one large corpus
+    drawn with different seeds then share the same topics).
 
     Every document has at least 3 tokens (the third-order moments of spectral LDA need
     that). ``docs_per_author`` consecutive documents share an author id.
@@ -44,7 +48,11 @@ def generate_lda(
     if min(n_docs, n_words, n_topics, docs_per_author) < 1 or doc_length < 3:
         raise ValueError("n_docs, n_words, n_topics, docs_per_author >= 1 and doc_length >= 3")
     rng = np.random.default_rng(seed)
-    phi = rng.dirichlet(np.full(n_words, eta), size=n_topics)
+    drawn_phi = rng.dirichlet(np.full(n_words, eta), size=n_topics)
+    if phi is None:
+        phi = drawn_phi
+    elif phi.shape != (n_topics, n_words):
+        raise ValueError(f"phi must be {n_topics} x {n_words}, got {phi.shape}")
     alphas = np.full(n_topics, float(alpha))
     theta = rng.dirichlet(alphas, size=n_docs)
     lengths = 3 + rng.poisson(doc_length - 3, size=n_docs)

@@ -121,6 +121,8 @@ def _add_doc_stats(words, counts, exp_elog_beta, eth, scratch, touched, n_touche
 
 @njit(cache=True, nogil=True)
 def clipped_statistics(
+    first,
+    last,
     unit_ptr,
     unit_docs,
     doc_ptr,
@@ -135,7 +137,8 @@ def clipped_statistics(
     stats,
     norms,
 ):
-    """stats += sum over included units u of clip(S_u, C); norms[u] = ||S_u||_2 before clipping.
+    """stats += sum over the included units u in [first, last) of clip(S_u, C); norms[u] =
+    ||S_u||_2 before clipping.
 
     S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
     sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
@@ -151,7 +154,7 @@ def clipped_statistics(
     mark = np.zeros(n_words, dtype=np.bool_)
     gamma = np.empty(n_topics)
     eth = np.empty(n_topics)
-    for u in range(unit_ptr.shape[0] - 1):
+    for u in range(first, last):
         if not included[u]:
             continue
         n_touched = 0

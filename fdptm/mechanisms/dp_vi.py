@@ -177,6 +177,7 @@ from fdptm.mechanisms.constraints import (
 )
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus
+from fdptm.parallel import each_chunk
 from fdptm.privacy import events, quantile
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
@@ -615,25 +616,47 @@ def clipped_statistics(
     """sum over included units of clip(S_u, C) (words x topics) and every ||S_u||_2.
 
     NOT private on its own: this is the statistic before the Gaussian noise.
+
+    The units are cut into ``statistic_chunks`` fixed ranges, each summed into its own
+    matrix on the worker threads (``fdptm.parallel``), and the partial sums are added in
+    range order: the result does not depend on the number of threads.
     """
-    stats = np.zeros_like(beta)
+    chunks = statistic_chunks(beta.shape)
+    edges = np.linspace(0, data.n_units, chunks + 1).astype(np.int64)
+    partials = np.zeros((chunks, *beta.shape))
     norms = np.zeros(data.n_units)
-    vi.clipped_statistics(
-        data.unit_ptr,
-        data.unit_docs,
-        data.doc_ptr,
-        data.words,
-        data.counts,
-        beta,
-        params.alpha,
-        params.local_iterations,
-        params.local_tolerance,
-        included,
-        params.clip,
-        stats,
-        norms,
-    )
+
+    def chunk(c: int) -> None:
+        vi.clipped_statistics(
+            edges[c],
+            edges[c + 1],
+            data.unit_ptr,
+            data.unit_docs,
+            data.doc_ptr,
+            data.words,
+            data.counts,
+            beta,
+            params.alpha,
+            params.local_iterations,
+            params.local_tolerance,
+            included,
+            params.clip,
+            partials[c],
+            norms,
+        )
+
+    each_chunk(chunk, chunks)
+    stats = partials[0]
+    for c in range(1, chunks):
+        stats += partials[c]
     return stats, norms
+
+
+def statistic_chunks(shape: tuple[int, int]) -> int:
+    """How many unit ranges ``clipped_statistics`` sums separately: 32, fewer when 32
+    partial words x topics matrices would pass 256 MB. A function of the (public) matrix
+    shape only, never of the thread count."""
+    return int(max(1, min(32, (256 << 20) // (8 * shape[0] * shape[1]))))
 
 
 def noisy_statistics(
@@ -646,7 +669,7 @@ def noisy_statistics(
     """
     included = sample_units(noise.generator, data.n_units, params.sampling_rate)
     stats, _ = clipped_statistics(data, beta, params, included)
-    return noise.add_gaussian(stats, params.noise_std), included
+    return noise.add_gaussian(stats, params.noise_std, params.clip), included
 
 
 def step_size(params: DpViParams, t: int) -> float:

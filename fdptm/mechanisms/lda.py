@@ -44,6 +44,9 @@ from fdptm.privacy.accountant import check_epsilon
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
+COUNT_SENSITIVITY = 2.0
+"""l1 sensitivity of the topic-word counts when one token is replaced (one count -1, one +1)."""
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -192,7 +195,7 @@ def hdp_lda_params(
         eps_inherent,
         clip,
         beta,
-        2.0 / eps_laplace,
+        COUNT_SENSITIVITY / eps_laplace,
         alpha,
         reporting_delta,
     )
@@ -310,7 +313,7 @@ def train_hdp_lda(
     # the kernel sanitizes as n_wk + eta; handing it 0 + the noisy counts keeps the sum exact
     no_counts = np.zeros_like(n_wk)
     for _ in range(params.iterations):
-        noisy = noise.add_laplace(n_wk, params.laplace_scale)
+        noisy = noise.add_laplace(n_wk, params.laplace_scale, COUNT_SENSITIVITY)
         gibbs.hdp_weights(no_counts, noisy, params.clip, params.beta, sanitized, weights)
         gen.random(out=uniforms)
         gibbs.hdp_sweep(
@@ -318,6 +321,6 @@ def train_hdp_lda(
         )
         if progress:
             progress(1)
-    final = noise.add_laplace(n_wk, params.laplace_scale)
+    final = noise.add_laplace(n_wk, params.laplace_scale, COUNT_SENSITIVITY)
     released = np.maximum(final.T, 0.0) + params.beta
     return released / released.sum(axis=1, keepdims=True)

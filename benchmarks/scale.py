@@ -1,0 +1,320 @@
+"""Scale: `fdptm release --mechanism dp-vi --topics 10` against the number of documents.
+
+    python benchmarks/scale.py                        # 5k, 50k, 500k; writes benchmarks/scale.md
+    python benchmarks/scale.py --sizes 10000000 --out /tmp/scale10m
+
+The product issue's targets (issue 13): 10,000,000 documents of about 16 tokens in under 15
+minutes wall and 8 GB peak memory on a 2-core machine; 500,000 in under 40 s with the data
+stages at CPU/wall >= 1.7; a table of cost per stage against N with the slope per document.
+
+Corpus. A synthetic LDA corpus (10 topics over real English words, eta 0.05, alpha 0.1;
+``fdptm.evaluation.synthetic.generate_lda`` with one topic matrix for every chunk, document
+length 3 + Poisson(13), so about 16 tokens after PRE): the words are the most frequent
+PRE-stable words of the public list ``wordfreq:en:5000`` (``--words``, default 3,000), so a
+document's tokens are exactly its drawn words. It is written as Parquet files of at most
+``--docs-per-file`` documents (``doc_id``, ``text``; no author column: document-level
+adjacency, each document its own privacy unit), each ingested as one batch with
+``fdptm ingest`` (timed, not part of the release).
+
+Release. ``fdptm release --dataset scale --epsilon 3 --delta 1e-6 --mechanism dp-vi
+--topics 10 --iterations 20 --no-progress`` as its own process, Prefect's ephemeral API
+included: M1 is DP set union over the private words (the default), no seed (the production
+noise). While it runs the benchmark samples the process tree (the CLI, Prefect's API server
+and any worker process) at 5 Hz from /proc: resident memory summed over the tree (peak
+reported) and CPU seconds (user + system of the live processes plus what their reaped
+children used). Each stage's wall time comes from the catalog's ``stage_runs``; its CPU is
+the tree's CPU between the stage's start and end (interpolated between samples), so
+``CPU/wall`` near 2 means both cores were busy in that stage.
+
+Slope. Per stage, the least-squares line through (N, seconds) over the sizes run: seconds
+per 1,000,000 documents, and the intercept (a fixed cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from backfill import code_version  # noqa: E402
+from run import machine  # noqa: E402
+
+DATASET = "scale"
+TOPICS = 10
+RELEASE = [
+    "release",
+    "--dataset",
+    DATASET,
+    "--epsilon",
+    "3",
+    "--delta",
+    "1e-6",
+    "--mechanism",
+    "dp-vi",
+    "--topics",
+    str(TOPICS),
+    "--iterations",
+    "20",
+    "--no-progress",
+]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def words(n: int) -> list[str]:
+    """The ``n`` most frequent PRE-stable words of wordfreq's English list."""
+    from fdptm.tasks.preprocess import PreConfig, preprocess_texts
+    from fdptm.tasks.public_vocabulary import _wordfreq_counts
+
+    counts = _wordfreq_counts("en:5000", PreConfig())
+    ranked = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    stable = [w for w, t in zip(ranked, preprocess_texts(ranked), strict=True) if t == [w]]
+    if len(stable) < n:
+        raise SystemExit(f"only {len(stable)} PRE-stable words, --words {n} asked")
+    return stable[:n]
+
+
+def write_corpus(directory: Path, n_docs: int, n_words: int, per_file: int) -> dict:
+    """Parquet files of synthetic documents; returns the corpus's shape."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from fdptm.evaluation.synthetic import generate_lda
+
+    vocab = pa.array(words(n_words))
+    phi = np.random.default_rng(0).dirichlet(np.full(n_words, 0.05), size=TOPICS)
+    tokens, files = 0, 0
+    for start in range(0, n_docs, per_file):
+        n = min(per_file, n_docs - start)
+        lda = generate_lda(n, n_words, TOPICS, doc_length=16, seed=1 + files, phi=phi)
+        ptr, ids = lda.corpus.doc_ptr, lda.corpus.words
+        texts = pc.binary_join(
+            pa.ListArray.from_arrays(pa.array(ptr.astype(np.int32)), vocab.take(ids)), " "
+        )
+        doc_ids = pc.binary_join_element_wise(
+            "d", pa.array(np.arange(start, start + n)).cast(pa.string()), ""
+        )
+        pq.write_table(
+            pa.table({"doc_id": doc_ids, "text": texts}), directory / f"part{files:04d}.parquet"
+        )
+        tokens += int(ptr[-1])
+        files += 1
+    return {"documents": n_docs, "tokens": tokens, "files": files, "words": n_words}
+
+
+def _tree(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(parents.get(pid, []))
+    return tree
+
+
+def _sample(root: int) -> tuple[float, float]:
+    """(CPU seconds, resident MiB) of ``root``'s process tree."""
+    cpu = rss = 0
+    for pid in _tree(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        rss += int(fields[21])
+    return cpu / TICK, rss * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_sampled(cmd: list[str], env: dict) -> dict:
+    """Run ``cmd``; its wall time, peak tree RSS and the (time, CPU) samples."""
+    start = time.time()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    samples, peak = [], 0.0
+    while proc.poll() is None:
+        cpu, rss = _sample(proc.pid)
+        samples.append((time.time(), cpu))
+        peak = max(peak, rss)
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    wall = time.time() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[1]} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    return {"wall": wall, "peak_mib": peak, "samples": samples, "stdout": out.decode()}
+
+
+def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
+    times = [s[0] for s in samples]
+    i = bisect.bisect_left(times, t)
+    if i == 0:
+        return samples[0][1]
+    if i >= len(samples):
+        return samples[-1][1]
+    (t0, c0), (t1, c1) = samples[i - 1], samples[i]
+    return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+
+def stages(root: Path, samples: list) -> dict:
+    from fdptm.storage.catalog import Catalog
+    from fdptm.storage.workspace import Workspace
+
+    rows = Catalog(Workspace.resolve(root)).query(
+        "SELECT s.stage, epoch(s.started_at) AS s, epoch(s.finished_at) AS f FROM stage_runs s "
+        "JOIN runs r USING (run_id) WHERE r.kind = 'release' ORDER BY s.started_at"
+    )
+    out = {}
+    for r in rows:
+        wall = r["f"] - r["s"]
+        cpu = _cpu_at(samples, r["f"]) - _cpu_at(samples, r["s"])
+        out[r["stage"]] = {"wall": wall, "cpu": cpu}
+    return out
+
+
+def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
+    with tempfile.TemporaryDirectory(prefix="fdptm-scale-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "corpus").mkdir()
+        t = time.perf_counter()
+        shape = write_corpus(tmp / "corpus", n_docs, args.words, args.docs_per_file)
+        shape["generate_seconds"] = time.perf_counter() - t
+        env = {**os.environ, "FDPTM_WORKSPACE": str(tmp / "ws")}
+        t = time.perf_counter()
+        for f in sorted((tmp / "corpus").glob("*.parquet")):
+            subprocess.run(
+                [exe, "ingest", str(f), "--dataset", DATASET],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            f.unlink()
+        ingest = time.perf_counter() - t
+        print(f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: ingested in {ingest:.1f} s", flush=True)
+        run = run_sampled([str(exe), *RELEASE], env)
+        cpu = run["samples"][-1][1] if run["samples"] else float("nan")
+        result = {
+            "documents": n_docs,
+            "corpus": shape,
+            "ingest_seconds": ingest,
+            "release_wall": run["wall"],
+            "release_cpu": cpu,
+            "peak_mib": run["peak_mib"],
+            "stages": stages(tmp / "ws", run["samples"]),
+        }
+        print(
+            f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: release {run['wall']:.1f} s wall, "
+            f"{cpu:.1f} s CPU, peak {run['peak_mib']:.0f} MiB",
+            flush=True,
+        )
+        return result
+
+
+def slopes(results: list[dict]) -> dict:
+    """Per stage: seconds per million documents and intercept, least squares over sizes."""
+    if len(results) < 2:
+        return {}
+    out = {}
+    names = sorted({s for r in results for s in r["stages"]} | {"release"})
+    n = np.array([r["documents"] for r in results], dtype=float)
+    for name in names:
+        y = np.array(
+            [
+                r["release_wall"] if name == "release" else r["stages"].get(name, {}).get("wall", 0)
+                for r in results
+            ]
+        )
+        slope, intercept = np.polyfit(n, y, 1)
+        out[name] = {"seconds_per_million": slope * 1e6, "intercept": intercept}
+    return out
+
+
+def render(r: dict) -> str:
+    m = r["machine"]
+    lines = [
+        "# Scale: `fdptm release --mechanism dp-vi --topics 10` against N",
+        "",
+        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
+        f"Python {m['python']} · code {r['code']}",
+        "",
+        "Release: `fdptm " + " ".join(RELEASE) + "` (production noise, no seed). Corpus: "
+        f"synthetic LDA over {r['words']:,} real words, about 16 tokens per document, "
+        f"Parquet files of at most {r['docs_per_file']:,} documents, one batch each. "
+        "CPU is the release's process tree (CLI, Prefect's API server, workers); "
+        "peak memory is the tree's summed RSS. See the module docstring for the method.",
+        "",
+        "| N | release wall (s) | CPU (s) | CPU/wall | peak RSS (MiB) | ingest (s) | "
+        + " | ".join(f"{s} wall (s), CPU/wall" for s in r["stage_names"])
+        + " |",
+        "|---" * (6 + len(r["stage_names"])) + "|",
+    ]
+    for x in r["results"]:
+        cells = []
+        for s in r["stage_names"]:
+            st = x["stages"].get(s)
+            ratio = "" if st is None else f"{st['cpu'] / max(st['wall'], 1e-9):.2f}"
+            cells.append("" if st is None else f"{st['wall']:.1f}, {ratio}")
+        lines.append(
+            f"| {x['documents']:,} | {x['release_wall']:.1f} | {x['release_cpu']:.1f} | "
+            f"{x['release_cpu'] / x['release_wall']:.2f} | {x['peak_mib']:,.0f} | "
+            f"{x['ingest_seconds']:.1f} | " + " | ".join(cells) + " |"
+        )
+    if r["slopes"]:
+        lines += [
+            "",
+            "## Slope per stage (least squares over the sizes above)",
+            "",
+            "| stage | seconds per 1M documents | fixed (s) |",
+            "|---|---|---|",
+        ]
+        for name, s in r["slopes"].items():
+            lines.append(f"| {name} | {s['seconds_per_million']:.2f} | {s['intercept']:.2f} |")
+    if r.get("note"):
+        lines += ["", r["note"]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="5000,50000,500000")
+    parser.add_argument("--words", type=int, default=3000)
+    parser.add_argument("--docs-per-file", type=int, default=1_000_000)
+    parser.add_argument("--out", default=str(HERE / "scale"))
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+    exe = Path(sys.executable).with_name("fdptm")
+    results = [one_size(int(n), args, exe) for n in args.sizes.split(",")]
+    shown = " ".join(sys.argv[1:])
+    report = {
+        "command": f"python benchmarks/scale.py {shown}".strip(),
+        "code": code_version(),
+        "machine": machine(),
+        "words": args.words,
+        "docs_per_file": args.docs_per_file,
+        "results": results,
+        "stage_names": list(dict.fromkeys(s for x in results for s in x["stages"])),
+        "slopes": slopes(results),
+        "note": args.note,
+    }
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(render(report))
+    print(render(report))
+
+
+if __name__ == "__main__":
+    main()
