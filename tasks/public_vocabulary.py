@@ -19,14 +19,17 @@ Nothing here reads the private dataset: the vocabulary is fixed before the run s
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from fdptm.errors import BadInputError
+from fdptm.errors import BadInputError, FdptmError
+from fdptm.storage.artifacts import read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.workspace import Workspace
@@ -72,7 +75,7 @@ def load(source: str, workspace: Workspace, pre: PreConfig) -> PublicVocabulary:
     if kind == "public":
         counts = _dataset_counts(rest, workspace, pre)
     elif kind == "wordfreq":
-        counts = _wordfreq_counts(rest, pre)
+        counts = _stored_wordfreq_counts(rest, pre, workspace)
     else:
         counts = _file_counts(Path(source).expanduser(), pre)
     if not counts:
@@ -105,7 +108,31 @@ def _dataset_counts(dataset: str, workspace: Workspace, pre: PreConfig) -> Count
     return Counter(t for doc in tokens for t in doc)
 
 
+def _stored_wordfreq_counts(spec: str, pre: PreConfig, workspace: Workspace) -> Counter[str]:
+    """``_wordfreq_counts``, kept in the workspace (``internal/cache/wordfreq``, keyed by the
+    list, wordfreq's version and PRE's configuration): public data, derived once, so that a
+    scheduled release does not lemmatize the list (and load WordNet) every time. A cache
+    file that cannot be read is derived again; one that cannot be written is skipped."""
+    from importlib.metadata import version
+
+    key = f"{spec.replace(':', '-')}-{version('wordfreq')}-{pre.digest()}"
+    path = workspace.root / "internal" / "cache" / "wordfreq" / f"{key}.parquet"
+    try:
+        table = read_parquet(path)
+        words, counts = table["word"].to_pylist(), table["count"].to_pylist()
+        return Counter(dict(zip(words, counts, strict=True)))
+    except (BadInputError, OSError, KeyError, ValueError, pa.ArrowException):
+        derived = _wordfreq_counts(spec, pre)
+    words = sorted(derived)
+    with contextlib.suppress(OSError, FdptmError):  # a cache only: the release goes on
+        write_parquet(pa.table({"word": words, "count": [derived[w] for w in words]}), path)
+    return derived
+
+
+@cache
 def _wordfreq_counts(spec: str, pre: PreConfig) -> Counter[str]:
+    """The installed word list through PRE, once per process (a release's checks, plan and
+    vocabulary stage all read it; do not mutate the result)."""
     import wordfreq
 
     lang, _, size = spec.partition(":")

@@ -16,6 +16,7 @@ import randomgen
 from scipy import stats
 
 from fdptm.evaluation.synthetic import generate_lda
+from fdptm.mechanisms.lda import COUNT_SENSITIVITY
 from fdptm.mechanisms.registry import MECHANISMS, mechanism
 from fdptm.mechanisms.set_union import author_items, select, set_union_params
 from fdptm.privacy.adjacency import Adjacency
@@ -146,6 +147,18 @@ def test_rounded_samplers_lie_on_their_grid_with_the_stated_scale(kind):
     for bad in (0.0, -1.0, math.nan):
         with pytest.raises(ValueError, match="sensitivity"):
             noise.add_gaussian(x[:3], 0.7, bad)
+    (call,) = noise.rounded
+    assert_rounded_call_keeps_its_promise(call)
+
+
+def assert_rounded_call_keeps_its_promise(call: dict) -> None:
+    """OpenDP's map of the measurement a rounded draw actually used, at the stated
+    sensitivity, is at most the loss promised at the scale asked for."""
+    s, scale = call["sensitivity"], call["scale"]
+    gaussian = call["sampler"] == OPENDP_ROUNDED_GAUSSIAN
+    promised = s**2 / (2 * scale**2) if gaussian else s / scale
+    measurement = opendp_measurement(call["sampler"], call["used"], call["size"])
+    assert measurement.map(s) <= promised
 
 
 def test_large_vectors_keep_their_order_across_worker_chunks():
@@ -286,6 +299,15 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
     assert set(noise.draws) <= set(expected)
     for sampler, (least, most) in expected.items():
         assert least <= noise.draws.get(sampler, 0) <= most, (sampler, noise.draws)
+    # the rounded draws state the mechanism's own sensitivity and scale, and keep the loss
+    stated = {
+        "hdp-lda": lambda: (COUNT_SENSITIVITY, params.laplace_scale),
+        "dp-vi": lambda: (params.clip, params.noise_std),
+    }
+    assert bool(noise.rounded) == (name in stated)
+    for call in noise.rounded:
+        assert (call["sensitivity"], call["scale"]) == stated[name]()
+        assert_rounded_call_keeps_its_promise(call)
 
 
 @pytest.mark.parametrize("policy", ["weighted", "policy-laplace", "policy-gaussian"])

@@ -47,6 +47,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,7 @@ def _as_finite(values: np.ndarray | float) -> np.ndarray:
     return array
 
 
+@lru_cache(maxsize=64)
 def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
     """The OpenDP measurement behind ``sampler`` (one of SAFE_SAMPLERS) on ``size`` f64s.
 
@@ -131,7 +133,9 @@ def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
     the grid Laplace uses 2^GRID_EXPONENT, for which OpenDP needs the vector's length (its
     map charges the rounding of inputs; ``grid_laplace`` only ever passes zeros, which lie
     on every grid); the rounded samplers use 2^ROUNDING_EXPONENT and their scale comes from
-    ``rounded_scale``.
+    ``rounded_scale``. Built once per (sampler, scale, size) in a process (an iterative
+    mechanism noises vectors of one size at one scale every iteration); a measurement is
+    immutable, so threads share it.
     """
     import opendp.prelude as dp
 
@@ -160,7 +164,9 @@ def rounded_scale(sampler: str, scale: float, sensitivity: float, size: int) -> 
     sensitivity + g size in l1 (Laplace); OpenDP's privacy map charges exactly that. Scaling
     the noise by the same factor keeps rho = sensitivity^2 / (2 scale^2) (Gaussian, zCDP)
     or epsilon = sensitivity / scale (Laplace), the loss the mechanism's accountant assumed.
-    The factor is about 1 + 10^-9 at a million entries; its cost to utility is nil.
+    The factor is 1 + 2^-40 sqrt(size) / sensitivity (Gaussian) or 1 + 2^-40 size /
+    sensitivity (Laplace), plus 2^-30 for the floating-point rounding of OpenDP's map: about
+    1 + 10^-9 for a million entries at sensitivity 1, nil for utility.
     """
     gaussian = sampler == OPENDP_ROUNDED_GAUSSIAN
     grid = 2.0**ROUNDING_EXPONENT
@@ -198,13 +204,17 @@ class NoiseSource:
 
     ``secure`` sources (unseeded ``create``) noise through OpenDP and draw everything else
     from a ChaCha20 ``generator``; the others use numpy. ``draws`` counts the entries each
-    sampler has noised, so tests can check which sampler a mechanism went through.
+    sampler has noised, so tests can check which sampler a mechanism went through, and
+    ``rounded`` records what every rounded draw was calibrated with.
     """
 
     generator: np.random.Generator
     seeded: bool
     secure: bool = False
     draws: dict[str, int] = field(default_factory=dict)
+    rounded: list[dict] = field(default_factory=list)
+    """One entry per rounded draw: sampler, the scale asked for, the scale used, the stated
+    sensitivity and the size (so tests can check each against OpenDP's map)."""
 
     def __post_init__(self) -> None:
         if self.seeded and self.secure:
@@ -265,7 +275,17 @@ class NoiseSource:
             if sensitivity is not None and array.size:
                 sensitivity = _check_scale("sensitivity", sensitivity, True)
                 sampler = OPENDP_ROUNDED_LAPLACE if laplace else OPENDP_ROUNDED_GAUSSIAN
-                scale = rounded_scale(sampler, scale, sensitivity, array.size)
+                used = rounded_scale(sampler, scale, sensitivity, array.size)
+                self.rounded.append(
+                    {
+                        "sampler": sampler,
+                        "scale": scale,
+                        "used": used,
+                        "sensitivity": sensitivity,
+                        "size": array.size,
+                    }
+                )
+                scale = used
             noisy = _opendp_apply(sampler, scale, array.ravel())
             return self._count(sampler, noisy.reshape(array.shape))
         if laplace:
