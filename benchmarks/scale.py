@@ -24,7 +24,8 @@ and any worker process) at 5 Hz from /proc: resident memory summed over the tree
 reported) and CPU seconds (user + system of the live processes plus what their reaped
 children used). Each stage's wall time comes from the catalog's ``stage_runs``; its CPU is
 the tree's CPU between the stage's start and end (interpolated between samples), so
-``CPU/wall`` near 2 means both cores were busy in that stage.
+``CPU/wall`` near 2 means both cores were busy in that stage, and its peak memory the
+largest tree RSS sampled inside it.
 
 Slope. Per stage, the least-squares line through (N, seconds) over the sizes run: seconds
 per 1,000,000 documents, and the intercept (a fixed cost).
@@ -149,7 +150,7 @@ def run_sampled(cmd: list[str], env: dict) -> dict:
     samples, peak = [], 0.0
     while proc.poll() is None:
         cpu, rss = _sample(proc.pid)
-        samples.append((time.time(), cpu))
+        samples.append((time.time(), cpu, rss))
         peak = max(peak, rss)
         time.sleep(0.2)
     out, err = proc.communicate()
@@ -166,7 +167,7 @@ def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
         return samples[0][1]
     if i >= len(samples):
         return samples[-1][1]
-    (t0, c0), (t1, c1) = samples[i - 1], samples[i]
+    (t0, c0, _), (t1, c1, _) = samples[i - 1], samples[i]
     return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
 
 
@@ -182,7 +183,8 @@ def stages(root: Path, samples: list) -> dict:
     for r in rows:
         wall = r["f"] - r["s"]
         cpu = _cpu_at(samples, r["f"]) - _cpu_at(samples, r["s"])
-        out[r["stage"]] = {"wall": wall, "cpu": cpu}
+        inside = [m for t, _, m in samples if r["s"] <= t <= r["f"]]
+        out[r["stage"]] = {"wall": wall, "cpu": cpu, "peak_mib": max(inside, default=None)}
     return out
 
 
@@ -258,7 +260,7 @@ def render(r: dict) -> str:
         "peak memory is the tree's summed RSS. See the module docstring for the method.",
         "",
         "| N | release wall (s) | CPU (s) | CPU/wall | peak RSS (MiB) | ingest (s) | "
-        + " | ".join(f"{s} wall (s), CPU/wall" for s in r["stage_names"])
+        + " | ".join(f"{s}: wall (s), CPU/wall, peak (MiB)" for s in r["stage_names"])
         + " |",
         "|---" * (6 + len(r["stage_names"])) + "|",
     ]
@@ -267,7 +269,8 @@ def render(r: dict) -> str:
         for s in r["stage_names"]:
             st = x["stages"].get(s)
             ratio = "" if st is None else f"{st['cpu'] / max(st['wall'], 1e-9):.2f}"
-            cells.append("" if st is None else f"{st['wall']:.1f}, {ratio}")
+            peak = "" if st is None or st.get("peak_mib") is None else f", {st['peak_mib']:,.0f}"
+            cells.append("" if st is None else f"{st['wall']:.1f}, {ratio}{peak}")
         lines.append(
             f"| {x['documents']:,} | {x['release_wall']:.1f} | {x['release_cpu']:.1f} | "
             f"{x['release_cpu'] / x['release_wall']:.2f} | {x['peak_mib']:,.0f} | "

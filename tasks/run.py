@@ -31,6 +31,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import pyarrow as pa
+
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
@@ -511,7 +513,11 @@ def _at_most(value: Decimal) -> float:
 
 
 def run_stage(spec: RunSpec, stage: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-    """Run one stage function and record it in ``stage_runs``."""
+    """Run one stage function and record it in ``stage_runs``.
+
+    Stages exchange files, so the memory a stage's tables held is free when it returns:
+    Arrow's pool is asked to give it back to the operating system, so that the next stage
+    does not start above the previous one's peak."""
     catalog = Catalog(Workspace.resolve(spec.workspace))
     catalog.start_stage(spec.run_id, stage)
     try:
@@ -519,6 +525,8 @@ def run_stage(spec: RunSpec, stage: str, fn: Callable[..., T], *args: Any, **kw:
     except BaseException as exc:
         catalog.finish_stage(spec.run_id, stage, "failed", f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        pa.default_memory_pool().release_unused()
     catalog.finish_stage(spec.run_id, stage, "succeeded")
     checkpoint(f"after-{stage}")
     return out

@@ -29,12 +29,11 @@ def sanitize(tokens: pa.Table, vocabulary: list[str]) -> pa.Table:
     lists = tokens.column("tokens").combine_chunks()
     flat = pc.list_flatten(lists)
     ids = pc.index_in(flat, value_set=pa.array(vocabulary, pa.string()))
-    ids = pc.fill_null(ids, len(vocabulary)).cast(pa.int32()).to_numpy(zero_copy_only=False)
-    parents = pc.list_parent_indices(lists).to_numpy()
-    lengths = np.bincount(parents, minlength=tokens.num_rows)
+    ids = pc.fill_null(ids, len(vocabulary)).cast(pa.int32())
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(tokens.num_rows + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    word_ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids, pa.int32()))
+    word_ids = pa.ListArray.from_arrays(pa.array(offsets), ids)
     table = pa.table(
         {
             "doc_id": tokens.column("doc_id"),

@@ -9,7 +9,7 @@ request's ``--m1`` choice to it; ``none`` is no M1 (no private token read, no ch
 Two ways, by the run's vocabulary source:
 
 * No public vocabulary: each author's distinct words (vectorised: flatten, dictionary-encode,
-  one ``np.unique`` in ``author_items``) go through DP set union
+  then numba per author in ``unit_items``) go through DP set union
   (``fdptm.mechanisms.set_union``).
 * A public vocabulary (``tasks.public_vocabulary``): each unit's counts of the public words
   go through the Bayesian public-prior mechanism (``fdptm.mechanisms.bayesian_prior``), which
@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from fdptm.mechanisms import bayesian_prior
 from fdptm.mechanisms.bayesian_prior import BayesianPriorParams, UnitCounts
-from fdptm.mechanisms.set_union import SetUnionParams, author_items, select, set_union_params
+from fdptm.mechanisms.set_union import SetUnionParams, select, set_union_params, unit_items
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.public_vocabulary import PublicVocabulary
 
@@ -58,10 +58,12 @@ def select_vocabulary(
         pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
     )
     parents = pc.list_parent_indices(lists).to_numpy()[keep]
+    doc_ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parents, minlength=len(lists)), out=doc_ptr[1:])
     words = pc.dictionary_encode(flat.filter(pa.array(keep)))
     word_idx = words.indices.to_numpy()
     dictionary = words.dictionary
-    table = author_items(doc_author[parents], word_idx, len(dictionary))
+    table = unit_items(doc_author, doc_ptr, word_idx, len(dictionary))
     selected = select(table, params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
 

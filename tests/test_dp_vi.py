@@ -91,6 +91,17 @@ def only(unit: int, n_units: int) -> np.ndarray:
     return mask
 
 
+def test_prepare_compresses_each_document_to_its_distinct_words_and_counts(small):
+    """The numba triples equal one np.unique over (document, word) keys."""
+    c = small.corpus
+    data = dp_vi.prepare(c, Adjacency.DOCUMENT)
+    doc = np.repeat(np.arange(c.n_docs), np.diff(c.doc_ptr))
+    keys, counts = np.unique(doc * c.n_words + c.words, return_counts=True)
+    assert np.array_equal(data.words, keys % c.n_words)
+    assert np.array_equal(data.counts, counts)
+    assert np.array_equal(np.diff(data.doc_ptr), np.bincount(keys // c.n_words, minlength=c.n_docs))
+
+
 def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkeypatch):
     """The chunked statistic equals the one-unit-at-a-time sum to rounding, and is the same
     bits on one thread and on two; so is a seeded training (issue 13: results must not

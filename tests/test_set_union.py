@@ -188,3 +188,33 @@ def test_laplace_thresholds_cap_delta_where_their_tail_bound_stops(policy):
     assert params.delta == MAX_LAPLACE_DELTA == 0.5
     assert params.rho >= 1.0
     assert set_union_params(policy, 1.0, 0.3, max_items=1).delta == 0.3
+
+
+def test_unit_items_equal_a_unique_over_author_and_item_keys():
+    """The numba grouping (documents of an author, any order) equals one np.unique over
+    (author, item) keys: same items, ascending, same counts; authors without items are
+    empty slices; and the per-author reorder keeps ties in item order."""
+    from fdptm.mechanisms.set_union import _reorder, unit_items
+
+    rng = np.random.default_rng(4)
+    n_docs, n_items = 400, 30
+    doc_author = rng.integers(0, 90, n_docs)
+    lengths = rng.integers(0, 9, n_docs)
+    doc_ptr = np.concatenate([[0], np.cumsum(lengths)])
+    items = rng.integers(0, n_items, doc_ptr[-1])
+    table = unit_items(doc_author, doc_ptr, items, n_items)
+    token_author = np.repeat(doc_author, lengths)
+    keys, counts = np.unique(token_author * n_items + items, return_counts=True)
+    assert table.n_authors == doc_author.max() + 1
+    sizes = np.bincount(keys // n_items, minlength=table.n_authors)
+    assert np.array_equal(np.diff(table.offsets), sizes)
+    assert np.array_equal(table.items, keys % n_items)
+    assert np.array_equal(table.counts, counts)
+    primary = -table.counts  # many ties: stable, so ties stay in ascending item order
+    cut = _reorder(table, primary, 3)
+    for a in range(table.n_authors):
+        lo, hi = table.offsets[a], table.offsets[a + 1]
+        order = np.lexsort((table.items[lo:hi], primary[lo:hi]))[:3]
+        assert np.array_equal(
+            cut.items[cut.offsets[a] : cut.offsets[a + 1]], table.items[lo:hi][order]
+        )

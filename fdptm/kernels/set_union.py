@@ -12,7 +12,7 @@ Authors are given as CSR slices: author ``a`` owns ``items[offsets[a]:offsets[a 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True, nogil=True)
@@ -98,3 +98,28 @@ def l2_descent(order, offsets, items, gamma, hist):
             gap = gamma - hist[u]
             if gap > 0.0:
                 hist[u] += gap * scale
+
+
+@njit(cache=True, parallel=True)
+def reorder(offsets, items, counts, primary, limit):
+    """Each author's items sorted by ``primary`` (stable) and cut to ``limit`` (-1: all).
+
+    Returns new (offsets, items, counts); each author's slice depends on its own entries
+    only, so the result does not depend on the number of threads."""
+    n = offsets.shape[0] - 1
+    sizes = np.empty(n, dtype=np.int64)
+    for a in range(n):
+        size = offsets[a + 1] - offsets[a]
+        sizes[a] = size if limit < 0 else min(size, limit)
+    out_offsets = np.zeros(n + 1, dtype=np.int64)
+    out_offsets[1:] = np.cumsum(sizes)
+    out_items = np.empty(out_offsets[-1], dtype=items.dtype)
+    out_counts = np.empty(out_offsets[-1], dtype=counts.dtype)
+    for a in prange(n):
+        lo = offsets[a]
+        order = np.argsort(primary[lo : offsets[a + 1]], kind="mergesort")
+        at = out_offsets[a]
+        for r in range(sizes[a]):
+            out_items[at + r] = items[lo + order[r]]
+            out_counts[at + r] = counts[lo + order[r]]
+    return out_offsets, out_items, out_counts

@@ -161,6 +161,7 @@ from scipy.special import digamma
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import vi
+from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import (
     ITERATIONS,
     MAX_DOCS_PER_AUTHOR,
@@ -528,7 +529,8 @@ class VariationalCorpus:
 
 
 def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
-    """Compress the tokens to triples (one sort) and group documents by privacy unit.
+    """Compress the tokens to triples (``fdptm.kernels.distinct``: memory follows the
+    distinct (document, word) pairs) and group documents by privacy unit.
 
     Units are the authors at author level (every document its own author when the corpus
     has no author ids) and the documents at document level. Authors are renumbered densely,
@@ -539,12 +541,8 @@ def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
     """
     _check_corpus(corpus)
     n_docs, n_words = corpus.n_docs, corpus.n_words
-    lengths = np.diff(corpus.doc_ptr)
-    key = np.repeat(np.arange(n_docs, dtype=np.int64), lengths) * n_words + corpus.words
-    uniq, counts = np.unique(key, return_counts=True)
-    doc_ptr = np.zeros(n_docs + 1, dtype=np.int64)
-    np.cumsum(np.bincount(uniq // n_words, minlength=n_docs), out=doc_ptr[1:])
-    words = (uniq % n_words).astype(np.int64)
+    every = np.arange(n_docs + 1, dtype=np.int64)
+    doc_ptr, words, counts = distinct_per_unit(every, every[:-1], corpus.doc_ptr, corpus.words)
     if adjacency == Adjacency.DOCUMENT or corpus.doc_author is None:
         unit_ptr = np.arange(n_docs + 1, dtype=np.int64)
         unit_docs = np.arange(n_docs, dtype=np.int64)
@@ -553,9 +551,7 @@ def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
         unit_docs = np.argsort(authors, kind="stable").astype(np.int64)
         unit_ptr = np.zeros(len(codes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(authors, minlength=len(codes)), out=unit_ptr[1:])
-    return VariationalCorpus(
-        doc_ptr, words, counts.astype(np.float64), unit_ptr, unit_docs, n_words
-    )
+    return VariationalCorpus(doc_ptr, words, counts, unit_ptr, unit_docs, n_words)
 
 
 def _check_corpus(corpus: Corpus) -> None:

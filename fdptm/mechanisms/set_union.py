@@ -51,6 +51,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from fdptm.kernels import set_union as kernels
+from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import POSITIVE, Integer, OneOf, param, validate_params
 from fdptm.privacy.noise import NoiseSource
 
@@ -182,32 +183,35 @@ class AuthorItems:
 
 
 def author_items(author_idx: np.ndarray, item_idx: np.ndarray, n_items: int) -> AuthorItems:
-    """Group (author, item) occurrences into distinct items per author with their counts.
+    """Group (author, item) occurrences into distinct items per author with their counts."""
+    n = len(author_idx)
+    return unit_items(author_idx, np.arange(n + 1, dtype=np.int64), item_idx, n_items)
 
-    One ``np.unique`` over a combined int64 key: vectorised, no Python loop over authors.
-    """
-    n_authors = int(author_idx.max()) + 1 if len(author_idx) else 0
-    key = author_idx.astype(np.int64) * n_items + item_idx.astype(np.int64)
-    uniq, counts = np.unique(key, return_counts=True)
-    authors = uniq // n_items
-    offsets = np.zeros(n_authors + 1, dtype=np.int64)
-    np.cumsum(np.bincount(authors, minlength=n_authors), out=offsets[1:])
-    return AuthorItems(offsets, (uniq % n_items).astype(np.int64), counts.astype(np.int64), n_items)
+
+def unit_items(
+    doc_author: np.ndarray, doc_ptr: np.ndarray, item_idx: np.ndarray, n_items: int
+) -> AuthorItems:
+    """Each author's distinct items (ascending) and counts, from documents: document d has
+    author ``doc_author[d]`` and items ``item_idx[doc_ptr[d]:doc_ptr[d + 1]]``. Authors are
+    0 .. max(doc_author); numba over authors (``fdptm.kernels.distinct``), so memory follows
+    the distinct (author, item) pairs, not the occurrences."""
+    doc_author = np.asarray(doc_author, dtype=np.int64)
+    n_authors = int(doc_author.max()) + 1 if len(doc_author) else 0
+    unit_docs = np.argsort(doc_author, kind="stable")
+    unit_ptr = np.zeros(n_authors + 1, dtype=np.int64)
+    np.cumsum(np.bincount(doc_author, minlength=n_authors), out=unit_ptr[1:])
+    offsets, items, counts = distinct_per_unit(unit_ptr, unit_docs, doc_ptr, item_idx)
+    return AuthorItems(offsets, items, counts, n_items)
 
 
 def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> AuthorItems:
-    """Sort each author's items by ``primary`` (ascending) and keep the first ``limit``."""
-    authors = np.repeat(np.arange(table.n_authors), np.diff(table.offsets))
-    perm = np.lexsort((primary, authors))
-    items, counts = table.items[perm], table.counts[perm]
-    if limit is None:
-        return AuthorItems(table.offsets, items, counts, table.n_items)
-    rank = np.arange(len(items)) - table.offsets[authors]
-    keep = rank < limit
-    sizes = np.minimum(np.diff(table.offsets), limit)
-    offsets = np.zeros_like(table.offsets)
-    np.cumsum(sizes, out=offsets[1:])
-    return AuthorItems(offsets, items[keep], counts[keep], table.n_items)
+    """Sort each author's items by ``primary`` (ascending, ties in the current order) and
+    keep the first ``limit`` (numba, per author: no sort over every pair)."""
+    limit = -1 if limit is None else int(limit)
+    offsets, items, counts = kernels.reorder(
+        table.offsets, table.items, table.counts, np.ascontiguousarray(primary), limit
+    )
+    return AuthorItems(offsets, items, counts, table.n_items)
 
 
 def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np.ndarray:
@@ -223,7 +227,9 @@ def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np
     if params.policy == "weighted":
         # most frequent first; ties broken by a random (data-independent) order of items
         ordered = _reorder(
-            table, -table.counts * table.n_items + tiebreak[table.items], params.max_items
+            table,
+            -table.counts.astype(np.int64) * table.n_items + tiebreak[table.items],
+            params.max_items,
         )
         kernel = kernels.weighted_greedy
     else:

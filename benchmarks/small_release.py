@@ -1,0 +1,201 @@
+"""Fixed cost: a 100-document release, with Prefect's temporary API and with a running one.
+
+    python benchmarks/small_release.py                  # writes benchmarks/small_release.md
+    python benchmarks/small_release.py --baseline-python /path/to/other/venv/bin/python
+
+The product issue's target (issue 13): a 100-document release under 7 s wall with the
+ephemeral (temporary) Prefect API and under 4 s with a running server.
+
+Setup. The first 100 tweets of ../shared/data/pheme/pheme_raw.json are ingested into a
+temporary workspace (document level). One release is run first and not timed (it fills the
+PRE cache and the workspace's PRE'd word-list cache, as any earlier release would have).
+Release: ``fdptm release --dataset small --epsilon 3 --delta 1e-6 --mechanism dp-vi
+--topics 5 --iterations 20 --vocabulary wordfreq:en:5000 --m1 none --vocabulary-size 1000
+--no-progress`` as its own process (no seed: production noise). A private vocabulary is not
+used because M1 at epsilon 3 finds too few words in 100 tweets to train on.
+
+Arms, interleaved (the order rotates every round) so that the shared machine's load falls
+on all of them alike: ``ephemeral`` (no ``PREFECT_API_URL``: the process starts and stops
+Prefect's temporary API server itself) and ``server`` (``PREFECT_API_URL`` of a
+``prefect server start`` begun once before the rounds). With ``--baseline-python`` the same
+two arms also run another checkout's interpreter (an editable install of the code before
+the change) on a copy of the same workspace, and the table gives each arm's ratio to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from backfill import code_version  # noqa: E402
+from run import machine  # noqa: E402
+
+PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_raw.json"
+RELEASE = [
+    "release",
+    "--dataset",
+    "small",
+    "--epsilon",
+    "3",
+    "--delta",
+    "1e-6",
+    "--mechanism",
+    "dp-vi",
+    "--topics",
+    "5",
+    "--iterations",
+    "20",
+    "--vocabulary",
+    "wordfreq:en:5000",
+    "--m1",
+    "none",
+    "--vocabulary-size",
+    "1000",
+    "--no-progress",
+]
+
+
+def _env(workspace: Path, home: Path, api: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
+    env.update(FDPTM_WORKSPACE=str(workspace), PREFECT_HOME=str(home))
+    if api:
+        env["PREFECT_API_URL"] = api
+    return env
+
+
+def _release(python: str, env: dict) -> float:
+    start = time.perf_counter()
+    out = subprocess.run(
+        [python, "-m", "fdptm.cli", *RELEASE], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"release failed ({out.returncode}): {out.stderr[-2000:]}")
+    return wall
+
+
+def _server(python: str, home: Path, port: int) -> tuple[subprocess.Popen, str]:
+    env = _env(home, home, None)
+    proc = subprocess.Popen(
+        [python, "-m", "prefect", "server", "start", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    api = f"http://127.0.0.1:{port}/api"
+    import httpx
+
+    for _ in range(600):
+        try:
+            if httpx.get(f"{api}/health", timeout=1).status_code == 200:
+                return proc, api
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("prefect server did not start in 120 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline-python", help="another checkout's interpreter to compare")
+    parser.add_argument("--out", default=str(HERE / "small_release"))
+    args = parser.parse_args()
+    pythons = {"new": sys.executable}
+    if args.baseline_python:
+        pythons["baseline"] = args.baseline_python
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="fdptm-small-") as tmp:
+        tmp = Path(tmp)
+        texts = json.loads(PHEME.read_text())["text"][:100]
+        corpus = tmp / "small.jsonl"
+        corpus.write_text(
+            "".join(json.dumps({"doc_id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+        )
+        base = tmp / "base"
+        env = _env(base, tmp / "home-ingest", None)
+        subprocess.run(
+            [sys.executable, "-m", "fdptm.cli", "ingest", str(corpus), "--dataset", "small"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        servers, arms = [], []
+        try:
+            for i, (name, python) in enumerate(pythons.items()):
+                workspace = tmp / f"ws-{name}"
+                shutil.copytree(base, workspace)
+                proc, api = _server(python, tmp / f"home-server-{name}", 4310 + i)
+                servers.append(proc)
+                _release(python, _env(workspace, tmp / f"home-{name}", None))  # warm caches
+                arms.append(
+                    (f"{name} ephemeral", python, _env(workspace, tmp / f"home-{name}", None))
+                )
+                arms.append((f"{name} server", python, _env(workspace, tmp / f"home-{name}", api)))
+            for r in range(args.rounds):
+                order = arms[r % len(arms) :] + arms[: r % len(arms)]
+                for name, python, env in order:
+                    results.setdefault(name, []).append(_release(python, env))
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] round {r + 1}: "
+                    + ", ".join(f"{n} {results[n][-1]:.1f} s" for n, _, _ in arms),
+                    flush=True,
+                )
+        finally:
+            for proc in servers:
+                proc.terminate()
+                proc.wait(timeout=30)
+    report = {
+        "command": " ".join(["python benchmarks/small_release.py", *sys.argv[1:]]),
+        "code": code_version(),
+        "machine": machine(),
+        "rounds": args.rounds,
+        "walls": results,
+        "load_after": os.getloadavg()[0],
+    }
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(render(report))
+    print(render(report))
+
+
+def render(r: dict) -> str:
+    m = r["machine"]
+    lines = [
+        "# Fixed cost: a 100-document release",
+        "",
+        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
+        f"Python {m['python']} · code {r['code']}",
+        "",
+        "Release: `fdptm " + " ".join(RELEASE) + "` on the first 100 PHEME tweets, a fresh "
+        f"process each time; {r['rounds']} interleaved rounds (see the module docstring). "
+        "Targets: under 7 s with the temporary API (ephemeral), under 4 s with a running one.",
+        "",
+        "| arm | median wall (s) | min (s) | max (s) | ratio to baseline (medians) |",
+        "|---|---|---|---|---|",
+    ]
+    walls = r["walls"]
+    for name, values in walls.items():
+        other = walls.get(name.replace("new", "baseline")) if name.startswith("new") else None
+        ratio = f"{statistics.median(values) / statistics.median(other):.2f}" if other else ""
+        lines.append(
+            f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
+            f"{max(values):.2f} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
