@@ -460,9 +460,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                 "says so)",
                 file=sys.stderr,
             )
-        api_ready = running.start_api_early()
         lifecycle.preflight(request)
-        api_ready()
         outcome = _flow("release", request, show)
     _print_release(outcome)
     return 0

@@ -64,32 +64,6 @@ def route_prefect_logs() -> None:
             logger.addHandler(logging.NullHandler())
 
 
-def start_api_early() -> Callable[[], None]:
-    """Boot Prefect's temporary API server in the background, when this process will need
-    one (no ``PREFECT_API_URL``, ephemeral servers enabled), so that its start-up, a process
-    of its own, overlaps the caller's checks instead of following them. Returns a function
-    that waits for the boot; call it before the flow. A boot that fails is stopped, then
-    tried again and reported by Prefect itself when the flow starts; the server stops when
-    this process exits, as Prefect's own temporary server does."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return lambda: None
-
-    def boot() -> None:
-        from prefect.server.api.server import SubprocessASGIServer
-
-        server = SubprocessASGIServer()
-        try:
-            server.start()
-        except Exception:  # the flow's own start raises it again, with its context
-            server.stop()  # no orphan: the flow's start begins again from a new instance
-
-    thread = threading.Thread(target=boot, name="prefect-api-boot", daemon=True)
-    thread.start()
-    return thread.join
-
-
 def prefetch(module: str) -> None:
     """Import ``module`` on a background thread (a heavy import the run needs only at its
     end, e.g. Great Expectations for the release checks), overlapping the numeric stages,

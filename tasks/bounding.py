@@ -59,6 +59,9 @@ def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table
         kept = tokens
     else:
         kept = tokens.take(pa.array(_sample(tokens, codes, bounds, seed)))
+    longest = pc.max(pc.list_value_length(kept.column("tokens"))).as_py() or 0
+    if longest <= bounds.max_tokens_per_doc:  # no document is cut: no copy of the tokens
+        return kept
     limited = pc.list_slice(kept.column("tokens"), 0, bounds.max_tokens_per_doc)
     return kept.set_column(kept.schema.get_field_index("tokens"), "tokens", limited)
 

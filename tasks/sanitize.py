@@ -25,15 +25,12 @@ from fdptm.mechanisms.lda import Corpus
 
 
 def sanitize(tokens: pa.Table, vocabulary: list[str]) -> pa.Table:
-    """(doc_id, author_id, word_ids): ids index ``vocabulary``, ``len(vocabulary)`` = OOV."""
-    lists = tokens.column("tokens").combine_chunks()
-    flat = pc.list_flatten(lists)
-    ids = pc.index_in(flat, value_set=pa.array(vocabulary, pa.string()))
-    ids = pc.fill_null(ids, len(vocabulary)).cast(pa.int32())
-    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(tokens.num_rows + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    word_ids = pa.ListArray.from_arrays(pa.array(offsets), ids)
+    """(doc_id, author_id, word_ids): ids index ``vocabulary``, ``len(vocabulary)`` = OOV.
+
+    Chunk by chunk, as the tokens were read (no copy of the whole token column)."""
+    value_set = pa.array(vocabulary, pa.string())
+    chunks = [_word_ids(c, value_set) for c in tokens.column("tokens").chunks]
+    word_ids = pa.chunked_array(chunks, pa.list_(pa.int32()))
     table = pa.table(
         {
             "doc_id": tokens.column("doc_id"),
@@ -42,6 +39,16 @@ def sanitize(tokens: pa.Table, vocabulary: list[str]) -> pa.Table:
         }
     )
     return table
+
+
+def _word_ids(lists: pa.ListArray, value_set: pa.Array) -> pa.ListArray:
+    """One chunk of token lists as lists of vocabulary ids (OOV = len(value_set))."""
+    ids = pc.index_in(pc.list_flatten(lists), value_set=value_set)
+    ids = pc.fill_null(ids, len(value_set)).cast(pa.int32())
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lists) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), ids)
 
 
 def corpus_of(sanitized: pa.Table, vocabulary_size: int) -> Corpus:

@@ -48,21 +48,25 @@ def select_vocabulary(
 ) -> list[str]:
     """The DP vocabulary of a (doc_id, author_id, tokens) table, among the words not in
     ``exclude`` (a public list: dropping its words from every unit is a per-unit function)."""
-    lists = tokens.column("tokens").combine_chunks()
-    flat = pc.list_flatten(lists)
-    keep = pc.invert(pc.is_in(flat, value_set=pa.array(sorted(exclude), pa.string())))
-    keep = keep.to_numpy(zero_copy_only=False)
-    if not keep.any():
+    column = tokens.column("tokens")
+    flat = pc.list_flatten(column)
+    flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy()
+    doc_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=doc_ptr[1:])
+    words = pc.dictionary_encode(flat)
+    word_idx = words.indices.to_numpy(zero_copy_only=False)
+    dictionary = words.dictionary
+    if exclude:  # drop the public words: per document, the kept tokens' count
+        keep = pc.invert(pc.is_in(dictionary, value_set=pa.array(sorted(exclude), pa.string())))
+        kept = keep.to_numpy(zero_copy_only=False)[word_idx]
+        doc_ptr = np.concatenate([[0], np.cumsum(kept, dtype=np.int64)])[doc_ptr]
+        word_idx = word_idx[kept]
+    if not len(word_idx):
         return []
     doc_author = (
         pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
     )
-    parents = pc.list_parent_indices(lists).to_numpy()[keep]
-    doc_ptr = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(parents, minlength=len(lists)), out=doc_ptr[1:])
-    words = pc.dictionary_encode(flat.filter(pa.array(keep)))
-    word_idx = words.indices.to_numpy()
-    dictionary = words.dictionary
     table = unit_items(doc_author, doc_ptr, word_idx, len(dictionary))
     selected = select(table, params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
