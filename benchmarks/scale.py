@@ -286,6 +286,8 @@ def render(r: dict) -> str:
         ]
         for name, s in r["slopes"].items():
             lines.append(f"| {name} | {s['seconds_per_million']:.2f} | {s['intercept']:.2f} |")
+    for f in r.get("failed", []):
+        lines += ["", f"N = {f['documents']:,} failed: `{f['error'][-300:]}`"]
     if r.get("note"):
         lines += ["", r["note"]]
     return "\n".join(lines) + "\n"
@@ -300,22 +302,29 @@ def main() -> None:
     parser.add_argument("--note", default="")
     args = parser.parse_args()
     exe = Path(sys.executable).with_name("fdptm")
-    results = [one_size(int(n), args, exe) for n in args.sizes.split(",")]
     shown = " ".join(sys.argv[1:])
-    report = {
-        "command": f"python benchmarks/scale.py {shown}".strip(),
-        "code": code_version(),
-        "machine": machine(),
-        "words": args.words,
-        "docs_per_file": args.docs_per_file,
-        "results": results,
-        "stage_names": list(dict.fromkeys(s for x in results for s in x["stages"])),
-        "slopes": slopes(results),
-        "note": args.note,
-    }
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
+    results, failed = [], []
+    for n in args.sizes.split(","):
+        try:
+            results.append(one_size(int(n), args, exe))
+        except RuntimeError as exc:  # e.g. out of memory: report it, keep the other sizes
+            print(f"N={int(n):,}: {exc}", flush=True)
+            failed.append({"documents": int(n), "error": str(exc)[-1500:]})
+        report = {
+            "command": f"python benchmarks/scale.py {shown}".strip(),
+            "code": code_version(),
+            "machine": machine(),
+            "words": args.words,
+            "docs_per_file": args.docs_per_file,
+            "results": results,
+            "failed": failed,
+            "stage_names": list(dict.fromkeys(s for x in results for s in x["stages"])),
+            "slopes": slopes(results),
+            "note": args.note,
+        }
+        out = Path(args.out)  # after every size: a later failure loses nothing
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        out.with_suffix(".md").write_text(render(report))
     print(render(report))
 
 
