@@ -4,12 +4,14 @@
 timeout for the temporary API server on a busy host); ``route_prefect_logs`` sends
 Prefect's logs to its API and to Python's logging instead of the console (``fdptm.api``;
 the CLI, which must start fast, silences them by level instead); ``run`` calls a flow
-without the flow heartbeat, which only serves a long-lived API's monitor. The CLI and
+without the flow heartbeat, which only serves a long-lived API's monitor; ``prefetch``
+imports a heavy module the flow needs late on a background thread. The CLI and
 ``fdptm.api`` both go through here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -68,10 +70,14 @@ def prefetch(module: str) -> None:
     """Import ``module`` on a background thread (a heavy import the run needs only at its
     end, e.g. Great Expectations for the release checks), overlapping the numeric stages,
     which release the GIL. Importing it later in the run waits for this import to finish
-    (Python's import lock), so the result is the same."""
-    threading.Thread(
-        target=importlib.import_module, args=(module,), name=f"import-{module}", daemon=True
-    ).start()
+    (Python's import lock), so the result is the same; an import that fails here fails
+    again there, where it is reported."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+
+    threading.Thread(target=load, name=f"import-{module}", daemon=True).start()
 
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

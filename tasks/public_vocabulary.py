@@ -123,6 +123,8 @@ def _stored_wordfreq_counts(spec: str, pre: PreConfig, workspace: Workspace) -> 
         return Counter(dict(zip(words, counts, strict=True)))
     except (BadInputError, OSError, KeyError, ValueError, pa.ArrowException):
         derived = _wordfreq_counts(spec, pre)
+    if not workspace.catalog_path.exists():  # never create a workspace here
+        return derived
     words = sorted(derived)
     with contextlib.suppress(OSError, FdptmError):  # a cache only: the release goes on
         write_parquet(pa.table({"word": words, "count": [derived[w] for w in words]}), path)

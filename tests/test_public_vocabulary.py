@@ -61,6 +61,24 @@ def test_sources_go_through_pre_and_are_checked(workspace, tmp_path, datasets):
         )
 
 
+def test_the_processed_wordfreq_list_is_kept_in_the_workspace(datasets, tmp_path):
+    """Derived once and reused (the same words and counts), derived again from a damaged
+    file, and never written where there is no workspace."""
+    from fdptm.storage.workspace import Workspace
+
+    pre = PreConfig()
+    first = public_vocabulary.load("wordfreq:en:2000", datasets, pre)
+    (kept,) = (datasets.root / "internal" / "cache" / "wordfreq").glob("en-2000-*.parquet")
+    again = public_vocabulary.load("wordfreq:en:2000", datasets, pre)
+    assert again.words == first.words and np.array_equal(again.counts, first.counts)
+    kept.write_bytes(b"not parquet")
+    damaged = public_vocabulary.load("wordfreq:en:2000", datasets, pre)
+    assert damaged.words == first.words and pq.read_table(kept).num_rows == len(first.words)
+    nowhere = Workspace.resolve(tmp_path / "no-workspace")
+    assert public_vocabulary.load("wordfreq:en:2000", nowhere, pre).words == first.words
+    assert not nowhere.root.exists()
+
+
 def test_m1_modes_need_a_public_vocabulary_and_set_union_ignores_one():
     base = dict(dataset="d", epsilon=3.0, delta=1e-5, topics=2)
     with pytest.raises(BadInputError, match="--m1 none selects within a public vocabulary"):
