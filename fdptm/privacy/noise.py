@@ -34,6 +34,12 @@ noised on one thread per usable core: the chunks are independent OpenDP measurem
 noise is i.i.d. per entry, exactly the distribution of one call on the whole vector (the
 FFI call releases the GIL).
 
+A mechanism that states the sensitivity it calibrated for (``add_gaussian(values, sigma,
+sensitivity)``: dp-vi, hdp-lda) gets OpenDP's samplers on the grid 2^ROUNDING_EXPONENT
+instead, about 4 times cheaper: inputs are rounded to the grid, which OpenDP's map charges
+as extra sensitivity, and ``rounded_scale`` enlarges the scale by exactly that much and
+checks the map, so the loss stays the one the mechanism's accountant assumed.
+
 ``grid_laplace`` is for the count-based baselines whose noise must stay in counts that the
 sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are OpenDP's
 discrete Laplace on the grid 2^-20 (input 0, so nothing is rounded), and any integer count
