@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from fdptm.errors import BadInputError
+
 THREADS_VAR = "FDPTM_THREADS"
 """Environment variable capping the worker threads (default: every usable core)."""
 
@@ -26,9 +28,20 @@ def workers() -> int:
     cap = os.environ.get(THREADS_VAR, "").strip()
     if cap:
         if not cap.isdigit() or int(cap) < 1:
-            raise ValueError(f"${THREADS_VAR} must be a whole number >= 1, got {cap!r}")
+            raise BadInputError(
+                f"${THREADS_VAR} must be a whole number >= 1 (the most worker threads to "
+                f"use), got {cap!r}; set it to e.g. 2, or unset it to use every core"
+            )
         cores = min(cores, int(cap))
     return cores
+
+
+def cap_numba() -> None:
+    """Run this thread's numba ``parallel`` kernels on at most ``workers()`` threads (their
+    results never depend on the count; this keeps ``$FDPTM_THREADS`` true for them too)."""
+    import numba
+
+    numba.set_num_threads(min(workers(), numba.config.NUMBA_NUM_THREADS))
 
 
 def each_chunk(work: Callable[[int], None], chunks: int) -> None:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import siphash
+from fdptm.parallel import cap_numba
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def _keys(seed: int, authors: pa.ChunkedArray, docs: pa.ChunkedArray) -> np.ndar
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     key = seed.to_bytes(16, "little", signed=False)
     k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    cap_numba()
     return siphash.hash_strings(k0, k1, data, offsets)
 
 

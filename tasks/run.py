@@ -39,6 +39,7 @@ from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
 from fdptm.mechanisms.registry import mechanism
 from fdptm.mechanisms.set_union import POLICIES
+from fdptm.parallel import workers
 from fdptm.privacy.accountant import (
     BudgetPlan,
     check_delta,
@@ -70,6 +71,7 @@ def new_run_id(dataset: str) -> str:
 def validate(spec: RunSpec) -> None:
     """Every check on the request that needs no private data; raises BadInputError."""
     check_name(spec.dataset)
+    workers()  # a bad $FDPTM_THREADS is an input error before anything is reserved
     check_epsilon(spec.epsilon)
     check_delta(spec.delta)
     m2 = mechanism(spec.mechanism)

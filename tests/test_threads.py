@@ -35,3 +35,15 @@ def test_a_seeded_release_is_the_same_on_one_thread_and_on_two(
             for name in ("topic_word.parquet", "vocabulary.parquet")
         }
     assert files["1"] == files["2"]
+
+
+def test_a_bad_thread_cap_is_an_input_error_and_spends_nothing(tmp_path, pheme_raw, monkeypatch):
+    from fdptm.errors import BadInputError
+
+    dataset = fdptm.Workspace(tmp_path / "ws").dataset("pheme")
+    dataset.ingest(pheme_raw)
+    for bad in ("abc", "0", "-2"):
+        monkeypatch.setenv("FDPTM_THREADS", bad)
+        with pytest.raises(BadInputError, match="FDPTM_THREADS must be a whole number"):
+            dataset.release(epsilon=3, delta=1e-6, topics=5, iterations=5)
+    assert dataset.budget()["totals"]["document"]["epsilon"] == 0

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from fdptm.parallel import cap_numba
+
 
 @njit(cache=True, inline="always")
 def _gathered(u, unit_ptr, unit_docs, doc_ptr, words):
@@ -68,6 +70,7 @@ def distinct_per_unit(
     unit_docs = np.ascontiguousarray(unit_docs, dtype=np.int64)
     doc_ptr = np.ascontiguousarray(doc_ptr, dtype=np.int64)
     words = np.ascontiguousarray(words, dtype=np.int32)
+    cap_numba()
     sizes = _sizes(unit_ptr, unit_docs, doc_ptr, words)
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])

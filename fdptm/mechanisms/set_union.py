@@ -53,6 +53,7 @@ from scipy import optimize, stats
 from fdptm.kernels import set_union as kernels
 from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import POSITIVE, Integer, OneOf, param, validate_params
+from fdptm.parallel import cap_numba
 from fdptm.privacy.noise import NoiseSource
 
 POLICIES = ("weighted", "policy-laplace", "policy-gaussian")
@@ -208,6 +209,7 @@ def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> Auth
     """Sort each author's items by ``primary`` (ascending, ties in the current order) and
     keep the first ``limit`` (numba, per author: no sort over every pair)."""
     limit = -1 if limit is None else int(limit)
+    cap_numba()
     offsets, items, counts = kernels.reorder(
         table.offsets, table.items, table.counts, np.ascontiguousarray(primary), limit
     )
