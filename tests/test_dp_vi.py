@@ -57,6 +57,18 @@ def test_digamma_matches_scipy():
     np.testing.assert_allclose(ours, special.digamma(x), rtol=1e-12, atol=1e-12)
 
 
+def test_exp_elog_theta_matches_scipy_from_tiny_to_int64_sized_gammas():
+    """The fused exp(psi(gamma_k) - psi(sum gamma)) (one exp per topic, no log)."""
+    rng = np.random.default_rng(4)
+    rows = [np.geomspace(1e-3, 1e3, 10), np.array([1e-3, 0.1, 5.9, 6.0, 6.1, 1e5, 1e9, 9e18])]
+    rows += [0.1 + rng.poisson(1.5, 10) * rng.random(10) * 3 for _ in range(200)]
+    for gamma in rows:
+        out = np.empty_like(gamma)
+        vi._exp_elog_theta(gamma, out)
+        expected = np.exp(special.digamma(gamma) - special.digamma(gamma.sum()))
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=0)
+
+
 def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates():
     rng = np.random.default_rng(3)
     beta = random_beta(50, 5, seed=1)
