@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -66,6 +66,24 @@ def write_parquet(table: pa.Table, path: Path) -> str:
     return _atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
+def write_parquet_batches(
+    batches: Iterable[pa.Table | pa.RecordBatch], schema: pa.Schema, path: Path
+) -> tuple[str, int]:
+    """Write ``batches`` (each computed as it is needed: only one is held) as one Parquet
+    file at ``path``, atomically; return its sha256 and number of rows."""
+    rows = 0
+
+    def write(tmp: Path) -> None:
+        nonlocal rows
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for batch in batches:
+                table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+                writer.write_table(table)
+                rows += table.num_rows
+
+    return _atomic(path, write), rows
+
+
 def write_json(obj: dict, path: Path) -> str:
     """Write ``obj`` as indented JSON atomically; return its sha256."""
 
@@ -83,8 +101,9 @@ def intact(path: Path, expected_sha256: str) -> bool:
         return False
 
 
-def read_parquet(path: Path, expected_sha256: str | None = None) -> pa.Table:
-    """Read a registered artifact, checking its hash; a corrupt file is a clear error."""
+def verify(path: Path, expected_sha256: str | None = None) -> None:
+    """A clear error unless the registered artifact ``path`` exists and (when given) still
+    hashes to ``expected_sha256``."""
     if not path.exists():
         raise BadInputError(f"artifact {path} is missing from the workspace")
     if expected_sha256 is not None and file_sha256(path) != expected_sha256:
@@ -92,7 +111,15 @@ def read_parquet(path: Path, expected_sha256: str | None = None) -> pa.Table:
             f"artifact {path} does not match the hash recorded in the catalog: it was changed "
             "or corrupted after it was written; restore it or re-ingest the batch"
         )
+
+
+def read_parquet(
+    path: Path, expected_sha256: str | None = None, columns: list[str] | None = None
+) -> pa.Table:
+    """Read a registered artifact (only ``columns`` when given), checking its hash; a
+    corrupt file is a clear error."""
+    verify(path, expected_sha256)
     try:
-        return pq.read_table(path)
+        return pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise BadInputError(f"artifact {path} is not a readable Parquet file: {exc}") from exc

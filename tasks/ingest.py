@@ -50,6 +50,10 @@ how many ids and which row numbers, never content or ids):
   ``DOCUMENT_UNIT_PREFIX + doc_id``, so a stored doc_id is always that same document's. A
   row without a valid author is rejected for its author and compared with nothing stored.
 
+The stored side is read by DuckDB (``_owners``: a semi-join of the stored batches' Parquet
+files with the file's doc ids, after each file's hash is checked), so the check's memory
+follows the file, not the dataset, and its time the bytes of the stored id columns.
+
 Adjacency is therefore defined on the ingested rows: in every stored batch, whether a row
 was kept depends only on its own content and on rows with its own unit key. A conflict
 between units is never settled by dropping a row: it refuses the whole file, which stops the
@@ -94,7 +98,7 @@ import pyarrow.compute as pc
 from fdptm import __version__
 from fdptm.errors import BadInputError
 from fdptm.storage import recovery
-from fdptm.storage.artifacts import read_parquet, write_parquet
+from fdptm.storage.artifacts import verify, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace, check_name
@@ -646,8 +650,9 @@ def _ingest(
             raise _repeated_ids_error(source, repeated)
     frame = pd.DataFrame({"doc_id": typed["doc_id"], "text": typed["text"]})
     reasons_per_row = _file_reasons(frame, problems, max_text_chars)
-    stored = _Stored()
-    owners = stored.read(workspace, [(b["seq"], b["path"], b["sha256"]) for b in snapshot])
+    known = {(b["seq"], b["sha256"]) for b in snapshot}
+    paths = _verified(workspace, [(b["seq"], b["path"], b["sha256"]) for b in snapshot])
+    owners = _owners(paths, typed["doc_id"])
     _check_stored(source, dataset, frame, typed, owners, reasons_per_row)
     with catalog.transaction() as con:
         # again: another ingest may have created the dataset, or stored batches, since
@@ -662,11 +667,14 @@ def _ingest(
             "SELECT seq, path, sha256, source_sha256 FROM batches WHERE dataset = ? ORDER BY seq",
             [dataset],
         ).fetchall()
-        committed_since = [b for b in now_stored if not stored.has(b)]
+        committed_since = [b for b in now_stored if (b[0], b[2]) not in known]
         _refuse_same_file(source, dataset, source_sha, [(b[0], b[3]) for b in committed_since])
         if committed_since:
-            owners = stored.read(workspace, [b[:3] for b in committed_since])
-            _check_stored(source, dataset, frame, typed, owners, reasons_per_row)
+            since = _verified(workspace, committed_since)
+            _check_stored(
+                source, dataset, frame, typed, _owners(since, typed["doc_id"]), reasons_per_row
+            )
+            paths += since
         rejected = sorted(reasons_per_row)
         accepted = [i for i in range(n) if i not in reasons_per_row]
         counts = Counter(r for i in rejected for r in reasons_per_row[i])
@@ -733,36 +741,55 @@ def _ingest(
             for i in rejected[:_SHOWN_ROWS]
         ],
         _ignored_warnings(rows),
-        _stats(declared, stored.authors, [typed["author_id"][i] for i in accepted]),
+        _stats(declared, paths, [typed["author_id"][i] for i in accepted]),
         derived,
     )
 
 
-@dataclass
-class _Stored:
-    """The batches of a dataset read so far, and their documents per unit."""
+def _verified(workspace: Workspace, batches: list[tuple]) -> list[str]:
+    """The paths of ``batches`` (seq, path, sha256, ...), each checked against its hash."""
+    paths = []
+    for _, rel, sha, *_ in batches:
+        verify(workspace.root / rel, sha)
+        paths.append(str(workspace.root / rel))
+    return paths
 
-    batches: set[tuple[int, str]] = field(default_factory=set)
-    authors: Counter[str] = field(default_factory=Counter)
 
-    def has(self, batch: tuple) -> bool:
-        seq, _, sha = batch[:3]
-        return (seq, sha) in self.batches
+def _query(sql: str, tables: dict[str, pa.Table], params: list) -> list[tuple]:
+    """Run ``sql`` on a private in-memory DuckDB over the stored batches' Parquet files
+    (``read_parquet``: only the columns named are read, and the joins stream) with
+    ``tables`` registered; an unreadable stored batch is a clear error."""
+    import duckdb
 
-    def read(
-        self, workspace: Workspace, batches: list[tuple[int, str, str]]
-    ) -> dict[str, set[str]]:
-        """Read ``batches`` (seq, path, sha256), checked against their hashes: the unit keys
-        (``author_id``) each of their doc ids is stored under."""
-        owners: dict[str, set[str]] = {}
-        for seq, rel, sha in batches:
-            table = read_parquet(workspace.root / rel, sha).select(["doc_id", "author_id"])
-            units = table.column("author_id").to_pylist()
-            for doc_id, unit in zip(table.column("doc_id").to_pylist(), units, strict=True):
-                owners.setdefault(doc_id, set()).add(unit)
-            self.authors.update(units)
-            self.batches.add((seq, sha))
-        return owners
+    con = duckdb.connect(":memory:")
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        return con.execute(sql, params).fetchall()
+    except duckdb.Error as exc:
+        raise BadInputError(
+            f"a stored batch could not be read ({type(exc).__name__}); restore the "
+            "workspace's batch files or re-ingest them into a new dataset"
+        ) from exc
+    finally:
+        con.close()
+
+
+def _owners(paths: list[str], doc_ids: list[str | None]) -> dict[str, set[str]]:
+    """doc id -> the unit keys it is stored under in ``paths``, for the file's doc ids only.
+
+    A semi-join in DuckDB: memory follows the file, not the dataset (the stored ids are
+    streamed past a hash table of the file's ids)."""
+    if not paths:
+        return {}
+    file_ids = pa.table({"doc_id": pa.array(doc_ids, pa.string())})
+    rows = _query(
+        "SELECT doc_id, list(DISTINCT author_id) FROM read_parquet(?) "
+        "WHERE doc_id IN (SELECT doc_id FROM file_ids) GROUP BY doc_id",
+        {"file_ids": file_ids},
+        [paths],
+    )
+    return {doc_id: set(units) for doc_id, units in rows}
 
 
 def _check_stored(
@@ -807,21 +834,45 @@ def _reject_stored(frame, stored_ids: set[str], reasons_per_row: dict[int, list[
         reasons_per_row.setdefault(i, []).extend(reasons)
 
 
-def _stats(unit: str, stored_authors: Counter[str], added: list[str]) -> IngestStats:
-    batch = Counter(added)
-    total = stored_authors + batch
+def _stats(unit: str, paths: list[str], added: list[str]) -> IngestStats:
+    """Documents and authors of the dataset with the batch ``added`` (its unit keys), and
+    what contribution bounding at the default cap would drop; aggregated in DuckDB."""
     cap = Bounds().max_docs_per_author
-    over = [c - cap for c in total.values() if c > cap]
+    batch = pa.table({"author_id": pa.array(added, pa.string())})
+    stored = "SELECT author_id, count(*) AS n FROM read_parquet(?) GROUP BY author_id"
+    if not paths:
+        stored = "SELECT NULL::VARCHAR AS author_id, 0 AS n WHERE false"
+    (row,) = _query(
+        f"""
+        WITH s AS ({stored}),
+        b AS (SELECT author_id, count(*) AS n FROM batch GROUP BY author_id),
+        t AS (
+            SELECT coalesce(s.n, 0) + coalesce(b.n, 0) AS n, b.n AS in_batch, s.n AS before
+            FROM s FULL OUTER JOIN b ON s.author_id = b.author_id
+        )
+        SELECT
+            coalesce(sum(n), 0),
+            count(*),
+            count(in_batch),
+            count(*) FILTER (WHERE in_batch IS NOT NULL AND before IS NULL),
+            coalesce(sum(greatest(n - ?, 0)), 0),
+            count(*) FILTER (WHERE n > ?)
+        FROM t
+        """,
+        {"batch": batch},
+        ([paths] if paths else []) + [cap, cap],
+    )
+    documents, authors, batch_authors, new_authors, drops, bounded = (int(v) for v in row)
     return IngestStats(
         unit=unit,
         batch_documents=len(added),
-        batch_authors=len(batch),
-        new_authors=sum(1 for a in batch if a not in stored_authors),
-        dataset_documents=sum(total.values()),
-        dataset_authors=len(total),
+        batch_authors=batch_authors,
+        new_authors=new_authors,
+        dataset_documents=documents,
+        dataset_authors=authors,
         max_docs_per_author=cap,
-        bounding_drops=sum(over),
-        bounded_authors=len(over),
+        bounding_drops=drops,
+        bounded_authors=bounded,
     )
 
 

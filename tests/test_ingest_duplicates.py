@@ -178,3 +178,31 @@ def test_document_level_unit_keys_never_equal_a_real_author_id(tmp_path, workspa
     assert (result.n_rows, result.n_rejected) == (1, 1)
     assert "reserved" in result.examples[0]["reason"]
     assert [r["author_id"] for r in stored(workspace, "people")] == ["alice"]
+
+
+def test_a_damaged_stored_batch_refuses_the_next_ingest_and_stores_nothing(tmp_path, workspace):
+    """The duplicate check reads stored batches through DuckDB only after their hashes."""
+    first = ingest(
+        write_rows(tmp_path / "a.jsonl", [{"doc_id": "x1", "text": "one"}]), "d", workspace
+    )
+    with open(first.batch_path, "r+b") as fh:
+        fh.seek(8)
+        fh.write(b"\0")
+    with pytest.raises(BadInputError, match="does not match the hash recorded"):
+        ingest(write_rows(tmp_path / "b.jsonl", [{"doc_id": "x2", "text": "two"}]), "d", workspace)
+    assert [b["seq"] for b in Catalog(workspace).batches("d")] == [1]
+
+
+def test_the_stored_ids_are_checked_against_many_batches(tmp_path, workspace):
+    """A re-ingested id is found in whichever earlier batch holds it (the DuckDB semi-join
+    over every stored file), and only the file's ids come back."""
+    for b in range(5):
+        rows = [{"doc_id": f"b{b}-{i}", "text": f"text {b} {i}"} for i in range(50)]
+        ingest(write_rows(tmp_path / f"{b}.jsonl", rows), "d", workspace)
+    again = [{"doc_id": "b0-3", "text": "x"}, {"doc_id": "b4-49", "text": "y"}]
+    again.append({"doc_id": "new", "text": "z"})
+    result = ingest(write_rows(tmp_path / "again.jsonl", again), "d", workspace)
+    assert (result.n_rows, result.n_rejected) == (1, 2)
+    assert {e["doc_id"] for e in result.examples} == {"b0-3", "b4-49"}
+    assert all(ALREADY_STORED in e["reason"] for e in result.examples)
+    assert (result.stats.dataset_documents, result.stats.dataset_authors) == (251, 251)
