@@ -57,7 +57,7 @@ from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
 from fdptm.tasks.spec import RunSpec
 from fdptm.tasks.stages import prior_counts, public_vocabulary
-from fdptm.tasks.vocabulary import M1Params, choose_words
+from fdptm.tasks.vocabulary import M1Params, choose_words, encode_table
 
 MODES = ("online", "offline")
 LEGACY_OPTIONS = {"hdp_clip": "clip", "inherent_fraction": "inherent_fraction"}
@@ -220,8 +220,9 @@ def model_statistics(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelSco
     run = plan.run
 
     def own_vocabulary(table, noise):
+        encoded = encode_table(table)
         return choose_words(
-            run.vocabulary_selection, table, plan.public, plan.m1, run.vocabulary_size, noise
+            run.vocabulary_selection, encoded, plan.public, plan.m1, run.vocabulary_size, noise
         ).words
 
     def trainer(words):

@@ -23,22 +23,28 @@ import pyarrow.compute as pc
 
 from fdptm.mechanisms.lda import Corpus
 
+SANITIZED_SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("author_id", pa.string()), ("word_ids", pa.list_(pa.int32()))]
+)
 
-def sanitize(tokens: pa.Table, vocabulary: list[str]) -> pa.Table:
+
+def sanitize(tokens: pa.Table | pa.RecordBatch, vocabulary: list[str] | pa.Array) -> pa.Table:
     """(doc_id, author_id, word_ids): ids index ``vocabulary``, ``len(vocabulary)`` = OOV.
 
-    Chunk by chunk, as the tokens were read (no copy of the whole token column)."""
+    Chunk by chunk, as the tokens were read (no copy of the whole token column); the
+    release stage calls it on one batch of the bounded tokens at a time."""
     value_set = pa.array(vocabulary, pa.string())
-    chunks = [_word_ids(c, value_set) for c in tokens.column("tokens").chunks]
-    word_ids = pa.chunked_array(chunks, pa.list_(pa.int32()))
-    table = pa.table(
+    lists = tokens.column("tokens")
+    parts = lists.chunks if isinstance(lists, pa.ChunkedArray) else [lists]
+    word_ids = pa.chunked_array([_word_ids(c, value_set) for c in parts], pa.list_(pa.int32()))
+    return pa.table(
         {
             "doc_id": tokens.column("doc_id"),
             "author_id": tokens.column("author_id"),
             "word_ids": word_ids,
-        }
+        },
+        schema=SANITIZED_SCHEMA,
     )
-    return table
 
 
 def _word_ids(lists: pa.ListArray, value_set: pa.Array) -> pa.ListArray:
@@ -53,11 +59,15 @@ def _word_ids(lists: pa.ListArray, value_set: pa.Array) -> pa.ListArray:
 
 def corpus_of(sanitized: pa.Table, vocabulary_size: int) -> Corpus:
     """Flat arrays for the Gibbs kernels; the corpus has ``vocabulary_size + 1`` words."""
-    lists = sanitized.column("word_ids").combine_chunks()
-    words = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int32)
-    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
-    doc_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=doc_ptr[1:])
+    chunks = sanitized.column("word_ids").chunks
+    words = np.concatenate(
+        [np.zeros(0, np.int32)]
+        + [pc.list_flatten(c).to_numpy(zero_copy_only=False).astype(np.int32) for c in chunks]
+    )
+    lengths = [pc.fill_null(pc.list_value_length(c), 0).to_numpy() for c in chunks]
+    doc_ptr = np.zeros(sum(len(n) for n in lengths) + 1, dtype=np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=doc_ptr[1:])
     authors = pc.dictionary_encode(sanitized.column("author_id")).combine_chunks()
     doc_author = authors.indices.to_numpy(zero_copy_only=False).astype(np.int32)
     return Corpus(doc_ptr, words, vocabulary_size + 1, doc_author)

@@ -21,12 +21,19 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.lda import cgs_topic_counts, train_cgs
 from fdptm.privacy.noise import NoiseSource
-from fdptm.storage.artifacts import file_sha256, read_parquet, write_parquet
+from fdptm.storage.artifacts import (
+    file_sha256,
+    read_parquet,
+    verify,
+    write_parquet,
+    write_parquet_batches,
+)
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.partitions import buckets_of
@@ -36,11 +43,12 @@ from fdptm.tasks.bounding import bound_contributions
 from fdptm.tasks.preprocess import preprocess_batch, read_tokens
 from fdptm.tasks.public_vocabulary import PublicVocabulary
 from fdptm.tasks.run import begin_private_reads, calibration_of
-from fdptm.tasks.sanitize import corpus_of, drop_oov, sanitize
+from fdptm.tasks.sanitize import SANITIZED_SCHEMA, corpus_of, drop_oov, sanitize
 from fdptm.tasks.spec import STAGE_STREAMS, RunSpec
-from fdptm.tasks.vocabulary import vocabulary_table
+from fdptm.tasks.vocabulary import EncodedTokens, encode_tokens, vocabulary_table
 
 RELEASED_KEY = "fdptm.released"
+_ENCODE_BATCH = 1 << 18
 
 Progress = Callable[[int], None] | None
 
@@ -59,9 +67,22 @@ def _save(spec: RunSpec, stage: str, name: str, table: pa.Table, visibility: str
     return catalog.artifact(key)
 
 
-def load(spec: RunSpec, artifact: dict) -> pa.Table:
+def load(spec: RunSpec, artifact: dict, columns: list[str] | None = None) -> pa.Table:
+    """An artifact of the run (only ``columns`` when given), its hash checked."""
     workspace, _ = _env(spec)
-    return read_parquet(workspace.root / artifact["path"], artifact["sha256"])
+    return read_parquet(workspace.root / artifact["path"], artifact["sha256"], columns)
+
+
+def encoded_tokens(spec: RunSpec, artifact: dict) -> EncodedTokens:
+    """A (doc_id, author_id, tokens) artifact as integer codes, its hash checked first: the
+    tokens are read a few hundred thousand documents at a time (``encode_tokens``), the
+    doc ids not at all."""
+    workspace, _ = _env(spec)
+    path = workspace.root / artifact["path"]
+    verify(path, artifact["sha256"])
+    file = pq.ParquetFile(path)
+    authors = file.read(columns=["author_id"]).column("author_id")
+    return encode_tokens(file.iter_batches(batch_size=_ENCODE_BATCH, columns=["tokens"]), authors)
 
 
 def stored(spec: RunSpec, name: str, *, dp_output: bool = False) -> dict | None:
@@ -217,7 +238,7 @@ def vocabulary(spec: RunSpec, bounded: dict) -> dict:
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
     chosen = spec.vocabulary_mechanism.select(
-        load(spec, bounded), public, params, spec.vocabulary_size, noise
+        encoded_tokens(spec, bounded), public, params, spec.vocabulary_size, noise
     )
     if chosen.prior is not None:
         prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
@@ -271,8 +292,18 @@ def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
         )
     if done := stored(spec, "sanitized_tokens"):
         return done
-    table = sanitize(load(spec, bounded), words)
-    return _save(spec, "sanitize", "sanitized_tokens", table, "internal")
+    workspace, catalog = _env(spec)
+    path = workspace.root / bounded["path"]
+    verify(path, bounded["sha256"])
+    batches = pq.ParquetFile(path).iter_batches(batch_size=_ENCODE_BATCH)
+    rel = f"internal/runs/{spec.run_id}/sanitized_tokens.parquet"
+    value_set = pa.array(words, pa.string())
+    sha, rows = write_parquet_batches(
+        (sanitize(b, value_set) for b in batches), SANITIZED_SCHEMA, workspace.root / rel
+    )
+    key = f"run/{spec.run_id}/sanitized_tokens"
+    catalog.register_artifact(key, spec.run_id, "sanitize", rel, sha, "internal", rows)
+    return catalog.artifact(key)
 
 
 def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
@@ -295,7 +326,7 @@ def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> d
     if spec.m2.releases_parameters:
         extra["released"] = released
     start_mechanism(spec, "train")
-    corpus = corpus_of(load(spec, san), n_words)
+    corpus = corpus_of(load(spec, san, ["author_id", "word_ids"]), n_words)
     phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **extra)
     table = topic_word_table(drop_oov(phi), released)
     return _save(spec, "train", "topic_word", table, "public")
@@ -328,7 +359,7 @@ def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -
     if done := stored(spec, "baseline_topic_word"):
         return done
     n_words = load(spec, vocab).num_rows
-    corpus = corpus_of(load(spec, san), n_words)
+    corpus = corpus_of(load(spec, san, ["author_id", "word_ids"]), n_words)
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["baseline"])
     phi = train_cgs(
         corpus,

@@ -8,8 +8,9 @@ request's ``--m1`` choice to it; ``none`` is no M1 (no private token read, no ch
 
 Two ways, by the run's vocabulary source:
 
-* No public vocabulary: each author's distinct words (vectorised: flatten, dictionary-encode,
-  then numba per author in ``unit_items``) go through DP set union
+* No public vocabulary: each author's distinct words (the tokens encoded batch by batch as
+  integer codes, ``encode_tokens``, then numba per author in ``unit_items``: memory follows
+  the tokens as 4-byte codes and the distinct (author, word) pairs) go through DP set union
   (``fdptm.mechanisms.set_union``).
 * A public vocabulary (``tasks.public_vocabulary``): each unit's counts of the public words
   go through the Bayesian public-prior mechanism (``fdptm.mechanisms.bayesian_prior``), which
@@ -23,6 +24,7 @@ Bayesian path the DP distribution; no count or order that depends on the data ot
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,23 +42,60 @@ if TYPE_CHECKING:
     from fdptm.tasks.spec import RunSpec
 
 
+@dataclass(frozen=True)
+class EncodedTokens:
+    """The bounded tokens as integer codes (internal): document d has author code
+    ``doc_author[d]`` and the tokens ``words[word_idx[doc_ptr[d]:doc_ptr[d + 1]]]``, with
+    ``words`` in order of first appearance. About 4 bytes per token and 12 per document,
+    against the strings' 10 or more per token."""
+
+    doc_ptr: np.ndarray
+    word_idx: np.ndarray
+    words: pa.Array
+    doc_author: np.ndarray
+
+
+def encode_tokens(batches: Iterable[pa.RecordBatch], authors: pa.ChunkedArray) -> EncodedTokens:
+    """Encode the ``tokens`` column of ``batches`` (read one at a time: the string tokens
+    of the whole corpus are never held) against a dictionary grown batch by batch, and the
+    ``authors`` (one per document, in the same order) as dense codes."""
+    words = pa.array([], pa.string())
+    lengths, codes = [], []
+    for batch in batches:
+        lists = batch.column("tokens")
+        flat = pc.list_flatten(lists)
+        lengths.append(pc.fill_null(pc.list_value_length(lists), 0).to_numpy())
+        index = pc.index_in(flat, value_set=words)
+        unseen = pc.is_null(index)
+        if pc.any(unseen).as_py():
+            words = pa.concat_arrays([words, pc.unique(flat.filter(unseen))])
+            index = pc.index_in(flat, value_set=words)
+        codes.append(index.to_numpy(zero_copy_only=False).astype(np.int32))
+    doc_ptr = np.zeros(sum(len(n) for n in lengths) + 1, dtype=np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=doc_ptr[1:])
+    word_idx = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+    del codes
+    doc_author = pc.dictionary_encode(authors).combine_chunks().indices.to_numpy()
+    return EncodedTokens(doc_ptr, word_idx, words, doc_author)
+
+
+def encode_table(tokens: pa.Table) -> EncodedTokens:
+    """``encode_tokens`` of a (doc_id, author_id, tokens) table held in memory."""
+    return encode_tokens(tokens.select(["tokens"]).to_batches(), tokens.column("author_id"))
+
+
 def select_vocabulary(
-    tokens: pa.Table,
+    tokens: EncodedTokens | pa.Table,
     params: SetUnionParams,
     noise: NoiseSource,
     exclude: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """The DP vocabulary of a (doc_id, author_id, tokens) table, among the words not in
-    ``exclude`` (a public list: dropping its words from every unit is a per-unit function)."""
-    column = tokens.column("tokens")
-    flat = pc.list_flatten(column)
-    flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
-    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy()
-    doc_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=doc_ptr[1:])
-    words = pc.dictionary_encode(flat)
-    word_idx = words.indices.to_numpy(zero_copy_only=False)
-    dictionary = words.dictionary
+    """The DP vocabulary of the encoded tokens (or of a (doc_id, author_id, tokens) table),
+    among the words not in ``exclude`` (a public list: dropping its words from every unit
+    is a per-unit function)."""
+    encoded = tokens if isinstance(tokens, EncodedTokens) else encode_table(tokens)
+    doc_ptr, word_idx, dictionary = encoded.doc_ptr, encoded.word_idx, encoded.words
     if exclude:  # drop the public words: per document, the kept tokens' count
         keep = pc.invert(pc.is_in(dictionary, value_set=pa.array(sorted(exclude), pa.string())))
         kept = keep.to_numpy(zero_copy_only=False)[word_idx]
@@ -64,22 +103,17 @@ def select_vocabulary(
         word_idx = word_idx[kept]
     if not len(word_idx):
         return []
-    doc_author = (
-        pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
-    )
-    table = unit_items(doc_author, doc_ptr, word_idx, len(dictionary))
+    table = unit_items(encoded.doc_author, doc_ptr, word_idx, len(dictionary))
     selected = select(table, params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
 
 
-def unit_counts(tokens: pa.Table, words: list[str]) -> UnitCounts:
+def unit_counts(tokens: EncodedTokens | pa.Table, words: list[str]) -> UnitCounts:
     """Each unit's (author's) count of every word of ``words``; other tokens are ignored."""
-    lists = tokens.column("tokens").combine_chunks()
-    flat = pc.list_flatten(lists)
-    units = pc.dictionary_encode(tokens.column("author_id")).combine_chunks().indices.to_numpy()
-    index = pc.fill_null(pc.index_in(flat, value_set=pa.array(words, pa.string())), -1)
-    index = index.to_numpy().astype(np.int64)
-    unit = units[pc.list_parent_indices(lists).to_numpy()]
+    encoded = tokens if isinstance(tokens, EncodedTokens) else encode_table(tokens)
+    public = pc.fill_null(pc.index_in(encoded.words, value_set=pa.array(words, pa.string())), -1)
+    index = public.to_numpy(zero_copy_only=False).astype(np.int64)[encoded.word_idx]
+    unit = np.repeat(encoded.doc_author, np.diff(encoded.doc_ptr))
     known = index >= 0
     word = index[known]
     pairs, count = np.unique(np.stack([unit[known], word]), axis=1, return_counts=True)
@@ -96,7 +130,7 @@ class PriorSelection:
 
 
 def select_with_public_prior(
-    tokens: pa.Table,
+    tokens: EncodedTokens,
     public: PublicVocabulary,
     params: BayesianPriorParams,
     size: int,
@@ -153,7 +187,7 @@ class VocabularyMechanism(Protocol):
 
     def select(
         self,
-        tokens: pa.Table,
+        tokens: EncodedTokens,
         public: PublicVocabulary | None,
         params: M1Params,
         size: int,
@@ -183,7 +217,7 @@ class SetUnion:
 
     def select(
         self,
-        tokens: pa.Table,
+        tokens: EncodedTokens,
         public: PublicVocabulary | None,
         params: SetUnionParams,
         size: int,
@@ -201,7 +235,7 @@ class Extend(SetUnion):
 
     def select(
         self,
-        tokens: pa.Table,
+        tokens: EncodedTokens,
         public: PublicVocabulary | None,
         params: SetUnionParams,
         size: int,
@@ -235,7 +269,7 @@ class BayesianPrior:
 
     def select(
         self,
-        tokens: pa.Table,
+        tokens: EncodedTokens,
         public: PublicVocabulary | None,
         params: BayesianPriorParams,
         size: int,
@@ -253,7 +287,7 @@ M1_MECHANISMS: dict[str, VocabularyMechanism] = {
 
 def choose_words(
     selection: str,
-    tokens: pa.Table,
+    tokens: EncodedTokens,
     public: PublicVocabulary | None,
     params: M1Params | None,
     size: int,

@@ -218,3 +218,22 @@ def test_unit_items_equal_a_unique_over_author_and_item_keys():
         assert np.array_equal(
             cut.items[cut.offsets[a] : cut.offsets[a + 1]], table.items[lo:hi][order]
         )
+
+
+def test_most_frequent_first_equals_the_reorder_by_the_global_key():
+    """The weighted policy's per-author key (built inside the kernel) orders and cuts
+    exactly as the int64 key -count x n_items + tiebreak[item] over every pair did."""
+    from fdptm.mechanisms.set_union import _most_frequent_first, _reorder, unit_items
+
+    rng = np.random.default_rng(5)
+    n_docs, n_items = 500, 40
+    doc_author = rng.integers(0, 80, n_docs)
+    doc_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 12, n_docs))])
+    table = unit_items(doc_author, doc_ptr, rng.integers(0, n_items, doc_ptr[-1]), n_items)
+    tiebreak = rng.permutation(n_items)
+    key = -table.counts.astype(np.int64) * n_items + tiebreak[table.items]
+    for limit in (None, 1, 4):
+        ours, reference = _most_frequent_first(table, tiebreak, limit), _reorder(table, key, limit)
+        assert np.array_equal(ours.offsets, reference.offsets)
+        assert np.array_equal(ours.items, reference.items)
+        assert np.array_equal(ours.counts, reference.counts)

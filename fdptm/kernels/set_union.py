@@ -100,12 +100,9 @@ def l2_descent(order, offsets, items, gamma, hist):
                 hist[u] += gap * scale
 
 
-@njit(cache=True, parallel=True)
-def reorder(offsets, items, counts, primary, limit):
-    """Each author's items sorted by ``primary`` (stable) and cut to ``limit`` (-1: all).
-
-    Returns new (offsets, items, counts); each author's slice depends on its own entries
-    only, so the result does not depend on the number of threads."""
+@njit(cache=True)
+def _cut(offsets, limit):
+    """Each author's kept size (``limit`` < 0: all) and the output offsets."""
     n = offsets.shape[0] - 1
     sizes = np.empty(n, dtype=np.int64)
     for a in range(n):
@@ -113,11 +110,43 @@ def reorder(offsets, items, counts, primary, limit):
         sizes[a] = size if limit < 0 else min(size, limit)
     out_offsets = np.zeros(n + 1, dtype=np.int64)
     out_offsets[1:] = np.cumsum(sizes)
+    return sizes, out_offsets
+
+
+@njit(cache=True, parallel=True)
+def reorder(offsets, items, counts, primary, limit):
+    """Each author's items sorted by ``primary`` (stable) and cut to ``limit`` (-1: all).
+
+    Returns new (offsets, items, counts); each author's slice depends on its own entries
+    only, so the result does not depend on the number of threads."""
+    sizes, out_offsets = _cut(offsets, limit)
     out_items = np.empty(out_offsets[-1], dtype=items.dtype)
     out_counts = np.empty(out_offsets[-1], dtype=counts.dtype)
-    for a in prange(n):
+    for a in prange(sizes.shape[0]):
         lo = offsets[a]
         order = np.argsort(primary[lo : offsets[a + 1]], kind="mergesort")
+        at = out_offsets[a]
+        for r in range(sizes[a]):
+            out_items[at + r] = items[lo + order[r]]
+            out_counts[at + r] = counts[lo + order[r]]
+    return out_offsets, out_items, out_counts
+
+
+@njit(cache=True, parallel=True)
+def reorder_by_count(offsets, items, counts, tiebreak, limit):
+    """``reorder`` with primary = (-count, tiebreak[item]) lexicographically: most frequent
+    first, ties by ``tiebreak`` (a permutation of the items). The key is built per author
+    (-count x n_items + tiebreak[item], in int64), never for every pair at once."""
+    n_items = tiebreak.shape[0]
+    sizes, out_offsets = _cut(offsets, limit)
+    out_items = np.empty(out_offsets[-1], dtype=items.dtype)
+    out_counts = np.empty(out_offsets[-1], dtype=counts.dtype)
+    for a in prange(sizes.shape[0]):
+        lo, hi = offsets[a], offsets[a + 1]
+        key = np.empty(hi - lo, dtype=np.int64)
+        for j in range(hi - lo):
+            key[j] = -np.int64(counts[lo + j]) * n_items + tiebreak[items[lo + j]]
+        order = np.argsort(key, kind="mergesort")
         at = out_offsets[a]
         for r in range(sizes[a]):
             out_items[at + r] = items[lo + order[r]]

@@ -208,12 +208,25 @@ def unit_items(
 def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> AuthorItems:
     """Sort each author's items by ``primary`` (ascending, ties in the current order) and
     keep the first ``limit`` (numba, per author: no sort over every pair)."""
-    limit = -1 if limit is None else int(limit)
     cap_numba()
     offsets, items, counts = kernels.reorder(
-        table.offsets, table.items, table.counts, np.ascontiguousarray(primary), limit
+        table.offsets, table.items, table.counts, np.ascontiguousarray(primary), _limit(limit)
     )
     return AuthorItems(offsets, items, counts, table.n_items)
+
+
+def _most_frequent_first(table: AuthorItems, tiebreak: np.ndarray, limit: int | None):
+    """Each author's items by descending count, ties by ``tiebreak[item]``, cut to
+    ``limit``: ``_reorder`` with that key, built per author inside the kernel."""
+    cap_numba()
+    offsets, items, counts = kernels.reorder_by_count(
+        table.offsets, table.items, table.counts, tiebreak.astype(np.int64), _limit(limit)
+    )
+    return AuthorItems(offsets, items, counts, table.n_items)
+
+
+def _limit(limit: int | None) -> int:
+    return -1 if limit is None else int(limit)
 
 
 def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np.ndarray:
@@ -228,11 +241,7 @@ def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np
     tiebreak = gen.permutation(table.n_items)
     if params.policy == "weighted":
         # most frequent first; ties broken by a random (data-independent) order of items
-        ordered = _reorder(
-            table,
-            -table.counts.astype(np.int64) * table.n_items + tiebreak[table.items],
-            params.max_items,
-        )
+        ordered = _most_frequent_first(table, tiebreak, params.max_items)
         kernel = kernels.weighted_greedy
     else:
         ordered = _reorder(table, gen.random(len(table.items)), params.max_items)
@@ -240,7 +249,7 @@ def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np
     hist = np.zeros(table.n_items)
     order = gen.permutation(table.n_authors)
     kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
-    candidates = np.unique(ordered.items)
+    candidates = np.flatnonzero(np.bincount(ordered.items, minlength=table.n_items))
     if params.noise == "laplace":
         noisy = noise.add_laplace(hist[candidates], params.noise_scale)
     else:
