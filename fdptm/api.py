@@ -121,18 +121,28 @@ class Dataset:
             raise BadInputError(f"ingest has no option(s) {unknown}; its options are {accepted}")
         return ingest(path, self.name, self.workspace._workspace, **options)
 
-    def release(self, request: ReleaseRequest | None = None, /, **fields: Any) -> Release:
+    def release(
+        self,
+        request: ReleaseRequest | None = None,
+        /,
+        *,
+        dask_address: str | None = None,
+        **fields: Any,
+    ) -> Release:
         """``fdptm release``: a request, or its fields (``epsilon``, ``delta``, ``topics``,
-        ...; README "Command line"), for this dataset in this workspace. Returns the
-        published ``Release``."""
+        ...; README "Command line"), for this dataset in this workspace, with ``dp-vi``'s
+        statistics on the Dask cluster at ``dask_address`` if given. Returns the published
+        ``Release``."""
         from fdptm.flows import running
         from fdptm.flows.release import release
+        from fdptm.parallel import check_cluster
         from fdptm.tasks import run as lifecycle
 
         request = self._request(request, fields)
         lifecycle.preflight(request)
+        check_cluster(dask_address)
         running.prepare_prefect()
-        outcome = running.run(release, request)
+        outcome = running.run(release, request, False, dask_address)
         return load_release(outcome["release_path"])
 
     def backfill(

@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(the other release options are taken from the run)",
     )
     rel.add_argument("--no-progress", action="store_true")
+    rel.add_argument(
+        "--dask-address",
+        help="run dp-vi's per-iteration statistics on this Dask scheduler's workers (the "
+        "noise is added here; the same seeded release as without it)",
+    )
 
     back = sub.add_parser(
         "backfill",
@@ -434,6 +439,7 @@ def _print_ingest(result) -> None:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    from fdptm.parallel import check_cluster
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks import run as lifecycle
 
@@ -444,13 +450,14 @@ def cmd_release(args: argparse.Namespace) -> int:
             raise BadInputError(f"--resume takes the run's own parameters; drop {', '.join(extra)}")
         workspace = Workspace.resolve(args.workspace).require()
         lost = lifecycle.preflight_resume(workspace, args.resume)
+        check_cluster(args.dask_address)
         for stage in lost:
             print(
                 f"stage {stage} of run {args.resume} read private data and stored nothing: "
                 "its budget is spent and lost; it is reserved again",
                 file=sys.stderr,
             )
-        outcome = _flow("resume_release", args.resume, str(workspace.root), show)
+        outcome = _flow("resume_release", args.resume, str(workspace.root), show, args.dask_address)
     else:
         request = from_arguments(args)
         if request.seed is not None:
@@ -461,7 +468,8 @@ def cmd_release(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         lifecycle.preflight(request)
-        outcome = _flow("release", request, show)
+        check_cluster(args.dask_address)
+        outcome = _flow("release", request, show, args.dask_address)
     _print_release(outcome)
     return 0
 

@@ -4,13 +4,23 @@ Work is split into chunks whose number and boundaries never depend on the thread
 each chunk writes its own output, and the caller combines the outputs in chunk order, so a
 result is bit-identical on one thread or many. The kernels release the GIL (numba
 ``nogil``, OpenDP's FFI), so the threads run on separate cores.
+
+The same chunks can run on a Dask cluster instead (``on_cluster``: ``fdptm release
+--dask-address``): ``Placed`` keeps each chunk's data where its work runs (scattered once
+to the workers) and maps a function over the chunks as often as the caller asks, with the
+results back in chunk order, so the caller combines them exactly as it does locally.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
 
 from fdptm.errors import BadInputError
 
@@ -53,3 +63,94 @@ def each_chunk(work: Callable[[int], None], chunks: int) -> None:
         return
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(work, range(chunks)))
+
+
+_CLUSTER: ContextVar[str | None] = ContextVar("fdptm_dask_address", default=None)
+
+
+@contextmanager
+def on_cluster(address: str | None) -> Iterator[None]:
+    """Within the block, ``Placed`` chunks live on the Dask scheduler at ``address`` (None:
+    in this process, on threads)."""
+    token = _CLUSTER.set(address)
+    try:
+        yield
+    finally:
+        _CLUSTER.reset(token)
+
+
+def check_cluster(address: str | None) -> None:
+    """A clear error unless a Dask scheduler answers at ``address`` (None: nothing to
+    check). Run before a release reserves budget, so an unreachable cluster spends none."""
+    if address is None:
+        return
+    from distributed import Client
+
+    try:
+        with Client(address, timeout="10s", set_as_default=False):
+            pass
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise BadInputError(
+            f"no Dask scheduler answers at {address!r} ({type(exc).__name__}); start one "
+            "(`dask scheduler` and workers, or a distributed.LocalCluster) and pass its "
+            "address, or drop --dask-address to run on this machine's threads"
+        ) from exc
+
+
+def cluster_address() -> str | None:
+    """The Dask scheduler ``on_cluster`` set for this context, if any."""
+    return _CLUSTER.get()
+
+
+class Placed:
+    """Chunks of data kept where their work runs, for repeated maps in chunk order.
+
+    Locally the chunks stay in this process and ``map`` runs on ``workers()`` threads.
+    On a cluster (``on_cluster``) each chunk is scattered once to a worker, and each
+    ``map`` sends only the shared arguments (broadcast once per call) and the function; the
+    workers return their results, gathered in chunk order. Either way ``map(fn, *shared)``
+    returns ``[fn(chunk, *shared) for chunk in chunks]``.
+    """
+
+    def __init__(self, chunks: list[Any]) -> None:
+        self.n = len(chunks)
+        address = cluster_address()
+        self._client = None
+        if address is None:
+            self._chunks = chunks
+            return
+        from distributed import Client
+
+        self._client = Client(address, set_as_default=False)
+        self._chunks = self._client.scatter(chunks, hash=False)
+
+    def map(self, fn: Callable[..., Any], *shared: Any) -> list[Any]:
+        if self._client is None:
+            results: list[Any] = [None] * self.n
+
+            def work(c: int) -> None:
+                results[c] = fn(self._chunks[c], *shared)
+
+            each_chunk(work, self.n)
+            return results
+        arrays = [v for v in shared if isinstance(v, np.ndarray)]
+        sent = [self._client.scatter(v, broadcast=True, hash=False) for v in arrays]
+        by_id = {id(v): f for v, f in zip(arrays, sent, strict=True)}
+        args = [by_id.get(id(v), v) for v in shared]  # arrays once per worker; scalars inline
+        futures = [self._client.submit(fn, chunk, *args, pure=False) for chunk in self._chunks]
+        results = self._client.gather(futures)
+        self._client.cancel(futures + sent)
+        return results
+
+    def close(self) -> None:
+        """Release the chunks (and the connection) on the cluster."""
+        if self._client is not None:
+            self._client.cancel(self._chunks)
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Placed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -62,7 +62,9 @@ def sanitize_task(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
 
 
 @task(name="m2-train", cache_policy=NO_CACHE, retries=0)
-def train_task(spec: RunSpec, san: dict, vocab: dict, show: bool) -> dict:
+def train_task(
+    spec: RunSpec, san: dict, vocab: dict, show: bool, dask_address: str | None = None
+) -> dict:
     total = stages.progress_total(spec)
     with tqdm(total=total, desc=f"M2 {spec.mechanism}", disable=not show) as bar:
 
@@ -70,7 +72,9 @@ def train_task(spec: RunSpec, san: dict, vocab: dict, show: bool) -> dict:
             bar.update(n)
             checkpoint("during-train")
 
-        return lifecycle.run_stage(spec, "train", stages.train, san, vocab, step)
+        return lifecycle.run_stage(
+            spec, "train", stages.train, san, vocab, step, dask_address=dask_address
+        )
 
 
 @task(name="baseline-cgs", cache_policy=NO_CACHE)
@@ -102,8 +106,11 @@ class ReleaseOutcome:
     internal: dict[str, int]
 
 
-def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
+def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = None) -> dict:
     """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome.
+
+    ``dask_address``: M2's data-parallel work (``dp-vi``'s statistics) runs on that Dask
+    cluster's workers (``stages.train``); every other stage runs in this process.
 
     The run logs (Prefect's run logger: the UI, and Python's logging) name the run, its
     stages and its public budget, never a document, a word or a count of private data.
@@ -125,7 +132,7 @@ def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
         log.info("run %s: vocabulary selected (%s)", spec.run_id, spec.vocabulary_selection)
         san = sanitize_task(spec, bounded, vocab)
         running.prefetch("great_expectations")  # the publish checks' import, during M2
-        topic_word = train_task(spec, san, vocab, show_progress)
+        topic_word = train_task(spec, san, vocab, show_progress, dask_address)
         log.info("run %s: M2 trained", spec.run_id)
         if spec.baseline:
             baseline_task(spec, san, vocab, show_progress)
@@ -166,7 +173,9 @@ def _pipeline(spec: RunSpec, show_progress: bool) -> dict:
 
 
 @flow(name="release", log_prints=False, retries=0, persist_result=False)
-def release(request: ReleaseRequest, show_progress: bool = False) -> dict:
+def release(
+    request: ReleaseRequest, show_progress: bool = False, dask_address: str | None = None
+) -> dict:
     """Release a DP topic model as ``request`` describes; returns the outcome.
 
     With ``request.releases_left`` the run uses at most (what the lifetime cap has left) /
@@ -174,15 +183,20 @@ def release(request: ReleaseRequest, show_progress: bool = False) -> dict:
     """
     spec, _ = lifecycle.prepare(request)
     checkpoint("after-reserve")
-    return _pipeline(spec, show_progress)
+    return _pipeline(spec, show_progress, dask_address)
 
 
 @flow(name="resume-release", log_prints=False, retries=0, persist_result=False)
-def resume_release(run_id: str, workspace: str | None = None, show_progress: bool = False) -> dict:
+def resume_release(
+    run_id: str,
+    workspace: str | None = None,
+    show_progress: bool = False,
+    dask_address: str | None = None,
+) -> dict:
     """Continue failed release ``run_id`` from its last stored stage, spending nothing again
     (a lost DP stage is reserved anew; see ``fdptm.tasks.run.prepare_resume``)."""
     spec, _, _ = lifecycle.prepare_resume(Workspace.resolve(workspace).require(), run_id)
-    return _pipeline(spec, show_progress)
+    return _pipeline(spec, show_progress, dask_address)
 
 
 def artifact_key(dataset: str) -> str:

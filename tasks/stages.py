@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.lda import cgs_topic_counts, train_cgs
+from fdptm.parallel import on_cluster
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import (
     file_sha256,
@@ -306,8 +307,19 @@ def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
     return catalog.artifact(key)
 
 
-def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> dict:
-    """M2: the run's mechanism at its calibrated budget; the matrix is a DP output."""
+def train(
+    spec: RunSpec,
+    san: dict,
+    vocab: dict,
+    progress: Progress = None,
+    *,
+    dask_address: str | None = None,
+) -> dict:
+    """M2: the run's mechanism at its calibrated budget; the matrix is a DP output.
+
+    With ``dask_address`` the mechanism's ``fdptm.parallel.Placed`` work runs on that Dask
+    cluster (``dp-vi``: each worker holds some units' word counts and returns their clipped
+    statistic; the noise is added here); the result is the same as on local threads."""
     if done := stored(spec, "topic_word", dp_output=True):
         return done
     n_words = load(spec, vocab).num_rows
@@ -327,7 +339,8 @@ def train(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -> d
         extra["released"] = released
     start_mechanism(spec, "train")
     corpus = corpus_of(load(spec, san, ["author_id", "word_ids"]), n_words)
-    phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **extra)
+    with on_cluster(dask_address):
+        phi = spec.m2.train(corpus, spec.topics, params, noise, progress=progress, **extra)
     table = topic_word_table(drop_oov(phi), released)
     return _save(spec, "train", "topic_word", table, "public")
 

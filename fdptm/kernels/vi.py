@@ -171,8 +171,8 @@ def clipped_statistics(
     stats,
     norms,
 ):
-    """stats += sum over the included units u in [first, last) of clip(S_u, C); norms[u] =
-    ||S_u||_2 before clipping.
+    """stats += sum over the included units u in [first, last) of clip(S_u, C);
+    norms[u - first] = ||S_u||_2 before clipping.
 
     S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
     sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
@@ -210,7 +210,7 @@ def clipped_statistics(
             for k in range(n_topics):
                 squared += row[k] * row[k]
         norm = math.sqrt(squared)
-        norms[u] = norm
+        norms[u - first] = norm
         scale = 1.0 if norm <= clip else (clip / norm) * _ROUND_DOWN
         for t in range(n_touched):
             w = touched[t]

@@ -110,6 +110,16 @@ Theorem 8), amplified by Poisson subsampling to (log(1 + q (e^eps_t - 1)), q del
 (Balle, Barthe & Gaboardi 2018, Theorem 8) when q < 1, delta_t = min(delta / (q T), 1/2),
 summed over the T iterations.
 
+Where the statistic is computed. Step 3's sum runs over ``statistic_chunks`` fixed ranges of
+units (a function of the public k x V shape only), each summed into its own matrix, and the
+partial sums are added in range order (``clipped_statistics``). The ranges run on local
+threads, or, inside ``fdptm.parallel.on_cluster`` (``fdptm release --dask-address``), on a
+Dask cluster: each range is scattered once to a worker as its own corpus
+(``VariationalCorpus.units``), each iteration sends exp(E[log beta]) and the inclusion
+mask, and the workers return their ranges' clipped sums. The noise is drawn and added in
+the release process, once per iteration. Either way every range is the same kernel over
+the same units in the same order, so the released matrix is bit-identical.
+
 Defaults (public constants, never fitted to a run's data; measured on PHEME at document
 level and on synthetic author-level corpora, 6 seeds). C = 2: once every unit is clipped,
 signal and noise both scale with C, so the private result depends on eta / C and z only,
@@ -178,7 +188,7 @@ from fdptm.mechanisms.constraints import (
 )
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus
-from fdptm.parallel import each_chunk
+from fdptm.parallel import Placed, cluster_address
 from fdptm.privacy import events, quantile
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
@@ -527,6 +537,23 @@ class VariationalCorpus:
     def n_units(self) -> int:
         return len(self.unit_ptr) - 1
 
+    def units(self, start: int, stop: int) -> VariationalCorpus:
+        """Units [start, stop) as a corpus of their own: their documents renumbered in unit
+        order, with the same words and counts (what one Dask worker holds)."""
+        docs = self.unit_docs[self.unit_ptr[start] : self.unit_ptr[stop]]
+        lengths = self.doc_ptr[docs + 1] - self.doc_ptr[docs]
+        doc_ptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_ptr[1:])
+        take = np.repeat(self.doc_ptr[docs] - doc_ptr[:-1], lengths) + np.arange(doc_ptr[-1])
+        return VariationalCorpus(
+            doc_ptr,
+            self.words[take],
+            self.counts[take],
+            self.unit_ptr[start : stop + 1] - self.unit_ptr[start],
+            np.arange(len(docs), dtype=np.int64),
+            self.n_words,
+        )
+
 
 def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
     """Compress the tokens to triples (``fdptm.kernels.distinct``: memory follows the
@@ -606,46 +633,107 @@ def sample_units(generator: np.random.Generator, n_units: int, rate: float) -> n
     return generator.random(n_units) < rate
 
 
+@dataclass(frozen=True)
+class UnitShard:
+    """The units [start, stop) of a corpus, for ``shard_statistic``: ``data`` is the whole
+    corpus (``offset`` 0; local threads share it) or only these units (``offset`` = start;
+    ``VariationalCorpus.units``, what a Dask worker holds)."""
+
+    data: VariationalCorpus
+    start: int
+    stop: int
+    offset: int
+
+
+def unit_shards(data: VariationalCorpus, edges: np.ndarray, own: bool) -> list[UnitShard]:
+    """One shard per range [edges[c], edges[c + 1]); ``own``: each with its own copy of its
+    units (to be scattered to a cluster) instead of views of ``data``."""
+    ranges = zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
+    if own:
+        return [UnitShard(data.units(a, b), a, b, a) for a, b in ranges]
+    return [UnitShard(data, a, b, 0) for a, b in ranges]
+
+
+def shard_statistic(
+    shard: UnitShard,
+    beta: np.ndarray,
+    included: np.ndarray,
+    alpha: float,
+    local_iterations: int,
+    local_tolerance: float,
+    clip: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sum over the shard's included units of clip(S_u, C), ||S_u||_2 of its units).
+
+    The same kernel over the same units in the same order whether the shard is a view of
+    the corpus or its own copy, so the partial sum is bit-identical either way."""
+    data, lo = shard.data, shard.start - shard.offset
+    partial = np.zeros(beta.shape)
+    norms = np.zeros(shard.stop - shard.start)
+    vi.clipped_statistics(
+        lo,
+        lo + shard.stop - shard.start,
+        data.unit_ptr,
+        data.unit_docs,
+        data.doc_ptr,
+        data.words,
+        data.counts,
+        beta,
+        alpha,
+        local_iterations,
+        local_tolerance,
+        included[shard.offset : shard.offset + data.n_units],
+        clip,
+        partial,
+        norms,
+    )
+    return partial, norms
+
+
+def placed_shards(data: VariationalCorpus, shape: tuple[int, int]) -> Placed:
+    """The corpus cut into ``statistic_chunks(shape)`` fixed unit ranges, placed where the
+    statistics run (``fdptm.parallel``: threads here, or copies on a Dask cluster)."""
+    chunks = statistic_chunks(shape)
+    edges = np.linspace(0, data.n_units, chunks + 1).astype(np.int64)
+    return Placed(unit_shards(data, edges, own=cluster_address() is not None))
+
+
 def clipped_statistics(
-    data: VariationalCorpus, beta: np.ndarray, params: DpViParams, included: np.ndarray
+    data: VariationalCorpus,
+    beta: np.ndarray,
+    params: DpViParams,
+    included: np.ndarray,
+    placed: Placed | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """sum over included units of clip(S_u, C) (words x topics) and every ||S_u||_2.
 
     NOT private on its own: this is the statistic before the Gaussian noise.
 
-    The units are cut into ``statistic_chunks`` fixed ranges, each summed into its own
-    matrix on the worker threads (``fdptm.parallel``), and the partial sums are added in
-    range order: the result does not depend on the number of threads.
+    The units are cut into ``statistic_chunks`` fixed ranges (``placed``, or placed here),
+    each summed into its own matrix on the worker threads or the Dask workers, and the
+    partial sums are added here in range order: the result does not depend on the number of
+    threads or workers.
     """
-    chunks = statistic_chunks(beta.shape)
-    edges = np.linspace(0, data.n_units, chunks + 1).astype(np.int64)
-    partials = np.zeros((chunks, *beta.shape))
-    norms = np.zeros(data.n_units)
-
-    def chunk(c: int) -> None:
-        vi.clipped_statistics(
-            edges[c],
-            edges[c + 1],
-            data.unit_ptr,
-            data.unit_docs,
-            data.doc_ptr,
-            data.words,
-            data.counts,
+    own = placed is None
+    if own:
+        placed = placed_shards(data, beta.shape)
+    try:
+        results = placed.map(
+            shard_statistic,
             beta,
+            included,
             params.alpha,
             params.local_iterations,
             params.local_tolerance,
-            included,
             params.clip,
-            partials[c],
-            norms,
         )
-
-    each_chunk(chunk, chunks)
-    stats = partials[0]
-    for c in range(1, chunks):
-        stats += partials[c]
-    return stats, norms
+    finally:
+        if own:
+            placed.close()
+    stats = results[0][0]
+    for partial, _ in results[1:]:
+        stats += partial
+    return stats, np.concatenate([norms for _, norms in results])
 
 
 def statistic_chunks(shape: tuple[int, int]) -> int:
@@ -656,7 +744,11 @@ def statistic_chunks(shape: tuple[int, int]) -> int:
 
 
 def noisy_statistics(
-    data: VariationalCorpus, beta: np.ndarray, params: DpViParams, noise: NoiseSource
+    data: VariationalCorpus,
+    beta: np.ndarray,
+    params: DpViParams,
+    noise: NoiseSource,
+    placed: Placed | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One iteration's private release: Poisson-sample units, clip, add N(0, (z C)^2).
 
@@ -664,7 +756,7 @@ def noisy_statistics(
     released; it is returned for tests of the sampling).
     """
     included = sample_units(noise.generator, data.n_units, params.sampling_rate)
-    stats, _ = clipped_statistics(data, beta, params, included)
+    stats, _ = clipped_statistics(data, beta, params, included, placed)
     return noise.add_gaussian(stats, params.noise_std, params.clip), included
 
 
@@ -727,12 +819,13 @@ def train_dp_vi(
         lam = params.eta + counts.T
     average = np.zeros_like(lam)
     noise_var = 0.0
-    for t in range(params.iterations):
-        noisy, _ = noisy_statistics(data, exp_elog_beta(lam), params, noise)
-        noise_var = _average_in(average, noise_var, noisy, step_size(params, t), params)
-        lam = topic_parameters(average, math.sqrt(noise_var), params, eta)
-        if progress:
-            progress(1)
+    with placed_shards(data, lam.shape) as placed:
+        for t in range(params.iterations):
+            noisy, _ = noisy_statistics(data, exp_elog_beta(lam), params, noise, placed)
+            noise_var = _average_in(average, noise_var, noisy, step_size(params, t), params)
+            lam = topic_parameters(average, math.sqrt(noise_var), params, eta)
+            if progress:
+                progress(1)
     phi = lam.T
     return phi / phi.sum(axis=1, keepdims=True)
 

@@ -1,0 +1,104 @@
+"""The release's M2 statistics on a Dask cluster (issue 13, item 4): ``dp-vi`` keeps each
+range of units on a worker of a real two-process ``LocalCluster`` and adds the returned
+clipped sums in range order, so a seeded release equals the local one byte for byte."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fdptm
+from fdptm.evaluation.synthetic import generate_lda
+from fdptm.mechanisms import dp_vi
+from fdptm.parallel import Placed, on_cluster
+from fdptm.privacy.adjacency import Adjacency
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as c:
+        yield c.scheduler_address
+
+
+def _params(n_topics: int = 4):
+    return dp_vi.dp_vi_params(
+        3.0,
+        1e-5,
+        n_topics=n_topics,
+        adjacency=Adjacency.AUTHOR,
+        max_docs_per_author=10,
+        iterations=3,
+    )
+
+
+def test_a_range_of_units_as_its_own_corpus_gives_the_same_partial_sum():
+    syn = generate_lda(400, 60, 4, doc_length=12, docs_per_author=3, seed=2)
+    data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)
+    beta = dp_vi.exp_elog_beta(np.random.default_rng(1).gamma(1.0, 1.0, (60, 4)) + 0.01)
+    included = np.random.default_rng(3).random(data.n_units) < 0.7
+    p = _params()
+    edges = np.array([0, 17, 17, 60, data.n_units])
+    views = dp_vi.unit_shards(data, edges, own=False)
+    copies = dp_vi.unit_shards(data, edges, own=True)
+    args = (beta, included, p.alpha, p.local_iterations, p.local_tolerance, p.clip)
+    for view, copy in zip(views, copies, strict=True):
+        assert copy.data.n_units == copy.stop - copy.start
+        a, b = dp_vi.shard_statistic(view, *args), dp_vi.shard_statistic(copy, *args)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    whole, norms = dp_vi.clipped_statistics(data, beta, p, included)
+    parts = [dp_vi.shard_statistic(v, *args) for v in views]
+    assert np.allclose(whole, sum(s for s, _ in parts))
+    assert np.array_equal(norms, np.concatenate([n for _, n in parts]))
+
+
+def test_placed_chunks_map_on_the_cluster_in_chunk_order(cluster):
+    with on_cluster(cluster), Placed([np.arange(3) + 10 * c for c in range(5)]) as placed:
+        assert placed.n == 5
+        first = placed.map(np.dot, np.ones(3))
+        second = placed.map(np.dot, np.full(3, 2.0))
+    assert first == [3.0, 33.0, 63.0, 93.0, 123.0]
+    assert second == [2 * v for v in first]
+
+
+def test_the_statistic_on_the_cluster_equals_the_local_one(cluster):
+    syn = generate_lda(600, 80, 4, doc_length=10, docs_per_author=2, seed=4)
+    data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)
+    beta = dp_vi.exp_elog_beta(np.random.default_rng(5).gamma(1.0, 1.0, (80, 4)) + 0.01)
+    included = np.ones(data.n_units, dtype=bool)
+    local = dp_vi.clipped_statistics(data, beta, _params(), included)
+    with on_cluster(cluster):
+        remote = dp_vi.clipped_statistics(data, beta, _params(), included)
+    assert np.array_equal(local[0], remote[0]) and np.array_equal(local[1], remote[1])
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
+    tmp_path, pheme_raw, cluster
+):
+    files = {}
+    for arm, address in (("local", None), ("dask", cluster)):
+        dataset = fdptm.Workspace(tmp_path / arm).dataset("pheme")
+        dataset.ingest(pheme_raw)
+        release = dataset.release(
+            epsilon=3, delta=1e-6, topics=5, iterations=5, seed=7, dask_address=address
+        )
+        root = tmp_path / arm / "releases" / release.run_id
+        files[arm] = {
+            name: (root / name).read_bytes()
+            for name in ("topic_word.parquet", "vocabulary.parquet")
+        }
+    assert files["local"] == files["dask"]
+
+
+def test_an_unreachable_cluster_is_refused_before_any_budget_is_spent(tmp_path, pheme_raw):
+    from fdptm.errors import BadInputError
+
+    dataset = fdptm.Workspace(tmp_path / "ws").dataset("pheme")
+    dataset.ingest(pheme_raw)
+    with pytest.raises(BadInputError, match="no Dask scheduler answers at"):
+        dataset.release(epsilon=3, delta=1e-6, topics=5, dask_address="tcp://127.0.0.1:9")
+    assert dataset.budget()["totals"]["document"]["epsilon"] == 0
