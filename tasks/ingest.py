@@ -104,6 +104,7 @@ from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import readers
 from fdptm.tasks.bounding import Bounds
+from fdptm.tasks.sources import local_input
 from fdptm.tasks.validation import Check, failing_rows
 
 MAX_TEXT_CHARS = 1_000_000
@@ -515,7 +516,8 @@ def ingest(
     time_column: str | None = None,
     author_buckets: int | None = None,
 ) -> IngestResult:
-    """Validate ``path`` and append its good rows to ``dataset`` as a new batch.
+    """Validate ``path`` (a local path, or an fsspec URL such as ``s3://bucket/file.jsonl``:
+    ``tasks.sources``) and append its good rows to ``dataset`` as a new batch.
 
     The ``*_column`` arguments name the input column of each field; left None, a field is
     read from the column named ``text``, ``doc_id``, ``author_id`` or ``ts`` if the file has
@@ -529,41 +531,42 @@ def ingest(
     check_name(dataset)
     if unit not in (None, "author", "document"):
         raise BadInputError(f"unit must be 'author' or 'document', got {unit!r}")
-    source = Path(path).expanduser().resolve()
-    mapping = readers.ColumnMap(text_column, id_column, author_column, time_column)
-    rows = readers.read_rows(source, fmt, mapping)
-    workspace.create()
-    catalog = Catalog(workspace)
-    existing = catalog.dataset(dataset)
-    declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
-    _declare_public(existing and bool(existing["public"]), public, dataset)
-    _declare_buckets(existing, author_buckets, declared, dataset)
-    run_id = f"ingest-{uuid.uuid4().hex[:12]}"
-    params = {"source": str(source), "columns": rows.mapping}
-    recovery.claim(workspace, run_id)  # a live ingest is never closed as dead
-    try:
-        catalog.start_run(run_id, dataset, "ingest", params, __version__)
+    with local_input(path) as (source, origin):
+        mapping = readers.ColumnMap(text_column, id_column, author_column, time_column)
+        rows = readers.read_rows(source, fmt, mapping)
+        workspace.create()
+        catalog = Catalog(workspace)
+        existing = catalog.dataset(dataset)
+        declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
+        _declare_public(existing and bool(existing["public"]), public, dataset)
+        _declare_buckets(existing, author_buckets, declared, dataset)
+        run_id = f"ingest-{uuid.uuid4().hex[:12]}"
+        params = {"source": origin, "columns": rows.mapping}
+        recovery.claim(workspace, run_id)  # a live ingest is never closed as dead
         try:
-            result = _ingest(
-                source,
-                rows,
-                dataset,
-                declared,
-                unit,
-                public,
-                workspace,
-                catalog,
-                run_id,
-                max_text_chars,
-                author_buckets,
-            )
-        except BaseException as exc:
-            catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
-            raise
-        catalog.finish_run(run_id, "succeeded")
-    finally:
-        recovery.release_claim(workspace, run_id)
-    return result
+            catalog.start_run(run_id, dataset, "ingest", params, __version__)
+            try:
+                result = _ingest(
+                    source,
+                    origin,
+                    rows,
+                    dataset,
+                    declared,
+                    unit,
+                    public,
+                    workspace,
+                    catalog,
+                    run_id,
+                    max_text_chars,
+                    author_buckets,
+                )
+            except BaseException as exc:
+                catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
+                raise
+            catalog.finish_run(run_id, "succeeded")
+        finally:
+            recovery.release_claim(workspace, run_id)
+        return result
 
 
 def _day_span(table: pa.Table) -> tuple[int | None, int | None]:
@@ -615,6 +618,7 @@ def _refuse_untimed_after_timed(con, dataset: str, timed: bool, name: str) -> No
 
 def _ingest(
     source: Path,
+    origin: str,
     rows: readers.Rows,
     dataset: str,
     declared: str,
@@ -711,7 +715,7 @@ def _ingest(
                 dataset,
                 seq,
                 run_id,
-                str(source),
+                origin,
                 source_sha,
                 rel,
                 sha,
