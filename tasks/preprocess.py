@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fdptm.parallel import workers
 from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.partitions import days
@@ -142,21 +143,72 @@ def preprocess_array(
     texts: pa.Array | pa.ChunkedArray,
     cfg: PreConfig = PreConfig(),
     progress: Callable[[int], None] | None = None,
+    chunk: int = _CHUNK,
 ) -> pa.ListArray:
     """PRE on each text independently, as Arrow: a list of tokens per text (null texts
     give no tokens). Vectorised: no Python loop per document or token, only per distinct
-    token (its lemma, once per call)."""
+    token (its lemma, once per process).
+
+    The texts are cut into chunks of ``chunk`` documents. With at least ``_POOL_CHUNKS``
+    chunks and more than one usable core (``fdptm.parallel.workers``) they run on a pool
+    of that many worker processes (loky's reusable executor: fresh interpreters, so none
+    of this process's threads or locks is inherited, and unlike multiprocessing's spawn it
+    never re-runs the caller's main script), and the results are concatenated in chunk
+    order. PRE is a per-document function, so the output is the same on any number of
+    processes."""
     texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
-    lemmas = _Lemmas(cfg, stop_words())
+    chunks = [
+        pa.concat_arrays([texts.slice(s, chunk)])  # compact: a slice pickles its buffers
+        for s in range(0, len(texts), chunk)
+    ]
+    processes = min(workers(), len(chunks))
+    if processes > 1 and len(chunks) >= _POOL_CHUNKS:
+        from loky import get_reusable_executor
+
+        pool = get_reusable_executor(
+            processes, timeout=60, initializer=_start_worker, initargs=(cfg,)
+        )
+        _POOL["executor"] = pool
+        results = pool.map(_worker_chunk, chunks)
+    else:
+        lemmas = _Lemmas(cfg, stop_words())
+        results = (_preprocess_chunk(c, cfg, lemmas) for c in chunks)
     parts = []
-    for start in range(0, len(texts), _CHUNK):
-        chunk = texts.slice(start, _CHUNK)
-        parts.append(_preprocess_chunk(chunk, cfg, lemmas))
+    for part in results:
+        parts.append(part)
         if progress:
-            progress(len(chunk))
+            progress(len(part))
     if not parts:
         return pa.array([], pa.list_(pa.string()))
     return pa.concat_arrays(parts)
+
+
+_POOL_CHUNKS = 10
+"""Fewer chunks than this run in this process: a pool's start (2-3 s of imports and WordNet
+per worker, measured) costs more than it saves below about a million documents."""
+_WORKER: dict[str, _Lemmas] = {}
+"""The lemma cache of a PRE pool process (``_start_worker``)."""
+
+
+def stop_workers() -> None:
+    """Stop PRE's worker processes, if any run (their memory is not held through the
+    stages that follow; ``stages.preprocess`` calls this after its last batch)."""
+    pool = _POOL.pop("executor", None)
+    if pool is not None:
+        pool.shutdown(wait=True)
+
+
+_POOL: dict = {}
+"""The loky executor PRE started in this process, until ``stop_workers``."""
+
+
+def _start_worker(cfg: PreConfig) -> None:
+    _WORKER["lemmas"] = _Lemmas(cfg, stop_words())
+
+
+def _worker_chunk(texts: pa.Array) -> pa.ListArray:
+    lemmas = _WORKER["lemmas"]
+    return _preprocess_chunk(texts, lemmas.cfg, lemmas)
 
 
 def preprocess_texts(

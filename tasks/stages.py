@@ -41,7 +41,7 @@ from fdptm.storage.partitions import buckets_of
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import public_vocabulary as public_vocabulary_source
 from fdptm.tasks.bounding import bound_contributions
-from fdptm.tasks.preprocess import preprocess_batch, read_tokens
+from fdptm.tasks.preprocess import preprocess_batch, read_tokens, stop_workers
 from fdptm.tasks.public_vocabulary import PublicVocabulary
 from fdptm.tasks.run import begin_private_reads, calibration_of
 from fdptm.tasks.sanitize import SANITIZED_SCHEMA, corpus_of, drop_oov, sanitize
@@ -187,9 +187,13 @@ def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) 
         public_vocabulary(spec)
     if spend:  # an internal, uncharged run (``fdptm compare``) has nothing to spend
         begin_private_reads(spec)
-    return [
-        preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress) for b in batches
-    ]
+    try:
+        return [
+            preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress)
+            for b in batches
+        ]
+    finally:
+        stop_workers()
 
 
 def scoped_tokens(spec: RunSpec, token_artifacts: list[dict]) -> pa.Table:

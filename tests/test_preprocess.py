@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import string
 from pathlib import Path
@@ -19,9 +20,11 @@ from fdptm.storage.artifacts import file_sha256
 from fdptm.tasks.preprocess import (
     TOKENS_SCHEMA,
     PreConfig,
+    preprocess_array,
     preprocess_batch,
     preprocess_texts,
     read_tokens,
+    stop_workers,
 )
 from fdptm.text import lemmatizer, stop_words
 
@@ -111,6 +114,25 @@ def test_vectorised_pre_equals_the_per_document_rules_on_real_tweets():
     assert preprocess_texts(texts) == [_per_document(t) for t in texts]
     cfg = PreConfig(min_len=2, max_len=8, strip_urls=False, strip_mentions=False)
     assert preprocess_texts(texts, cfg) == [_per_document(t, cfg) for t in texts]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_pre_in_worker_processes_equals_pre_in_this_process(monkeypatch):
+    """Chunks of 500 PHEME tweets on two worker processes and in this process (one
+    thread), under two configurations: the same tokens in the same order, and the
+    progress counts every text once."""
+    texts = pa.array(json.loads(PHEME_RAW.read_text())["text"], pa.string())
+    short = PreConfig(min_len=2, max_len=8, strip_urls=False, strip_mentions=False)
+    for cfg in (PreConfig(), short, PreConfig()):
+        ticks: list[int] = []
+        monkeypatch.setenv("FDPTM_THREADS", "2")
+        pooled = preprocess_array(texts, cfg, ticks.append, chunk=500)
+        stop_workers()
+        monkeypatch.setenv("FDPTM_THREADS", "1")
+        alone = preprocess_array(texts, cfg, chunk=500)
+        assert pooled.equals(alone)
+        assert sum(ticks) == len(texts) and len(ticks) == -(-len(texts) // 500)
+        assert alone.to_pylist() == [_per_document(t, cfg) for t in texts.to_pylist()]
 
 
 odd = st.text(
