@@ -81,20 +81,46 @@ def on_cluster(address: str | None) -> Iterator[None]:
 
 def check_cluster(address: str | None) -> None:
     """A clear error unless a Dask scheduler answers at ``address`` (None: nothing to
-    check). Run before a release reserves budget, so an unreachable cluster spends none."""
+    check) with at least one worker, every worker running this version of fdptm (the
+    clipping that bounds the sensitivity runs in the workers' code). Run before a release
+    reserves budget, so a cluster that cannot do the work spends none."""
     if address is None:
         return
     from distributed import Client
 
+    from fdptm.version import code_version
+
     try:
-        with Client(address, timeout="10s", set_as_default=False):
-            pass
+        with Client(address, timeout="10s", set_as_default=False) as client:
+            found = client.run(_fdptm_version)
     except (OSError, TimeoutError, ValueError) as exc:
         raise BadInputError(
             f"no Dask scheduler answers at {address!r} ({type(exc).__name__}); start one "
             "(`dask scheduler` and workers, or a distributed.LocalCluster) and pass its "
             "address, or drop --dask-address to run on this machine's threads"
         ) from exc
+    if not found:
+        raise BadInputError(
+            f"the Dask scheduler at {address!r} has no worker; start workers "
+            "(`dask worker ADDRESS`) or drop --dask-address"
+        )
+    other = sorted({str(v) for v in found.values() if v != code_version()})
+    if other:
+        raise BadInputError(
+            f"the Dask workers at {address!r} run fdptm {', '.join(other)}, not "
+            f"{code_version()}: install this version on every worker (their code clips the "
+            "statistics that the noise is calibrated to)"
+        )
+
+
+def _fdptm_version() -> str | None:
+    """This process's fdptm code version (``fdptm.version.code_version``; run on each Dask
+    worker by ``check_cluster``), None where fdptm cannot be imported."""
+    try:
+        from fdptm.version import code_version
+    except ImportError:
+        return None
+    return code_version()
 
 
 def cluster_address() -> str | None:

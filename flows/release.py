@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
 from fdptm.faults import checkpoint
 from fdptm.flows import running
+from fdptm.parallel import check_cluster
 from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import run as lifecycle
@@ -181,6 +182,7 @@ def release(
     With ``request.releases_left`` the run uses at most (what the lifetime cap has left) /
     releases_left, the adaptive budget of a scheduled plan.
     """
+    check_cluster(dask_address)  # before the reservation: a bad cluster spends nothing
     spec, _ = lifecycle.prepare(request)
     checkpoint("after-reserve")
     return _pipeline(spec, show_progress, dask_address)
@@ -195,6 +197,7 @@ def resume_release(
 ) -> dict:
     """Continue failed release ``run_id`` from its last stored stage, spending nothing again
     (a lost DP stage is reserved anew; see ``fdptm.tasks.run.prepare_resume``)."""
+    check_cluster(dask_address)
     spec, _, _ = lifecycle.prepare_resume(Workspace.resolve(workspace).require(), run_id)
     return _pipeline(spec, show_progress, dask_address)
 

@@ -51,7 +51,8 @@ how many ids and which row numbers, never content or ids):
   row without a valid author is rejected for its author and compared with nothing stored.
 
 The stored side is read by DuckDB (``_owners``: a semi-join of the stored batches' Parquet
-files with the file's doc ids, after each file's hash is checked), so the check's memory
+files, as an Arrow dataset of exactly those files, with the file's doc ids, after each
+file's hash is checked), so the check's memory
 follows the file, not the dataset, and its time the bytes of the stored id columns.
 
 Adjacency is therefore defined on the ingested rows: in every stored batch, whether a row
@@ -116,6 +117,8 @@ BATCH_SCHEMA = pa.schema(
         ("ts", pa.timestamp("us", tz="UTC")),
     ]
 )
+_STORED_SCHEMA = pa.schema([("doc_id", pa.string()), ("author_id", pa.string())])
+"""The columns of the stored batches that the checks against the dataset read."""
 DOCUMENT_UNIT_PREFIX = "document:"
 MISSING_AUTHOR = "author_id is missing (required: the dataset is author-level)"
 RESERVED_AUTHOR = (
@@ -759,18 +762,24 @@ def _verified(workspace: Workspace, batches: list[tuple]) -> list[str]:
     return paths
 
 
-def _query(sql: str, tables: dict[str, pa.Table], params: list) -> list[tuple]:
-    """Run ``sql`` on a private in-memory DuckDB over the stored batches' Parquet files
-    (``read_parquet``: only the columns named are read, and the joins stream) with
-    ``tables`` registered; an unreadable stored batch is a clear error."""
+def _query(sql: str, paths: list[str], tables: dict[str, pa.Table], params: list) -> list[tuple]:
+    """Run ``sql`` on a private in-memory DuckDB with the stored batches ``paths`` as the
+    table ``stored`` and ``tables`` registered; an unreadable stored batch is a clear error.
+
+    ``stored`` is an Arrow dataset of exactly these files (DuckDB's ``read_parquet`` would
+    read each path as a glob pattern, and a workspace path may contain ``[``, ``?`` or
+    ``*``); DuckDB scans it with projection pushdown, so only the columns named are read
+    and the joins stream."""
     import duckdb
+    import pyarrow.dataset as ds
 
     con = duckdb.connect(":memory:")
     try:
+        con.register("stored", ds.dataset(paths, format="parquet", schema=_STORED_SCHEMA))
         for name, table in tables.items():
             con.register(name, table)
         return con.execute(sql, params).fetchall()
-    except duckdb.Error as exc:
+    except (duckdb.Error, pa.ArrowException, OSError) as exc:
         raise BadInputError(
             f"a stored batch could not be read ({type(exc).__name__}); restore the "
             "workspace's batch files or re-ingest them into a new dataset"
@@ -788,10 +797,11 @@ def _owners(paths: list[str], doc_ids: list[str | None]) -> dict[str, set[str]]:
         return {}
     file_ids = pa.table({"doc_id": pa.array(doc_ids, pa.string())})
     rows = _query(
-        "SELECT doc_id, list(DISTINCT author_id) FROM read_parquet(?) "
+        "SELECT doc_id, list(DISTINCT author_id) FROM stored "
         "WHERE doc_id IN (SELECT doc_id FROM file_ids) GROUP BY doc_id",
+        paths,
         {"file_ids": file_ids},
-        [paths],
+        [],
     )
     return {doc_id: set(units) for doc_id, units in rows}
 
@@ -843,12 +853,9 @@ def _stats(unit: str, paths: list[str], added: list[str]) -> IngestStats:
     what contribution bounding at the default cap would drop; aggregated in DuckDB."""
     cap = Bounds().max_docs_per_author
     batch = pa.table({"author_id": pa.array(added, pa.string())})
-    stored = "SELECT author_id, count(*) AS n FROM read_parquet(?) GROUP BY author_id"
-    if not paths:
-        stored = "SELECT NULL::VARCHAR AS author_id, 0 AS n WHERE false"
     (row,) = _query(
-        f"""
-        WITH s AS ({stored}),
+        """
+        WITH s AS (SELECT author_id, count(*) AS n FROM stored GROUP BY author_id),
         b AS (SELECT author_id, count(*) AS n FROM batch GROUP BY author_id),
         t AS (
             SELECT coalesce(s.n, 0) + coalesce(b.n, 0) AS n, b.n AS in_batch, s.n AS before
@@ -863,8 +870,9 @@ def _stats(unit: str, paths: list[str], added: list[str]) -> IngestStats:
             count(*) FILTER (WHERE n > ?)
         FROM t
         """,
+        paths,
         {"batch": batch},
-        ([paths] if paths else []) + [cap, cap],
+        [cap, cap],
     )
     documents, authors, batch_authors, new_authors, drops, bounded = (int(v) for v in row)
     return IngestStats(

@@ -102,3 +102,24 @@ def test_an_unreachable_cluster_is_refused_before_any_budget_is_spent(tmp_path, 
     with pytest.raises(BadInputError, match="no Dask scheduler answers at"):
         dataset.release(epsilon=3, delta=1e-6, topics=5, dask_address="tcp://127.0.0.1:9")
     assert dataset.budget()["totals"]["document"]["epsilon"] == 0
+
+
+def test_a_scheduler_without_workers_is_refused():
+    from distributed import LocalCluster
+
+    from fdptm.errors import BadInputError
+    from fdptm.parallel import check_cluster
+
+    empty = LocalCluster(n_workers=0, processes=False, dashboard_address=None)
+    try:
+        with pytest.raises(BadInputError, match="has no worker"):
+            check_cluster(empty.scheduler_address)
+    finally:
+        empty.close()
+
+
+def test_a_cluster_of_this_code_passes_the_check(cluster):
+    from fdptm.parallel import check_cluster
+
+    check_cluster(cluster)
+    check_cluster(None)

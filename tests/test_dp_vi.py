@@ -441,3 +441,17 @@ def test_public_topics_initialise_the_first_e_step_and_are_checked(small):
         dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(4, 1), public_topics=-public)
     with pytest.raises(BadInputError, match="prior_weight"):
         params(3.0, iterations=3, prior_weight=0)
+
+
+def test_alpha_above_a_million_is_refused_before_anything_runs():
+    """The fused digamma of the E-step is exact only to gamma of about 1e50."""
+    with pytest.raises(BadInputError, match="alpha"):
+        dp_vi.dp_vi_params(
+            3.0,
+            1e-5,
+            n_topics=4,
+            adjacency=Adjacency.AUTHOR,
+            max_docs_per_author=5,
+            iterations=3,
+            alpha=1e62,
+        )

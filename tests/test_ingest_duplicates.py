@@ -206,3 +206,23 @@ def test_the_stored_ids_are_checked_against_many_batches(tmp_path, workspace):
     assert {e["doc_id"] for e in result.examples} == {"b0-3", "b4-49"}
     assert all(ALREADY_STORED in e["reason"] for e in result.examples)
     assert (result.stats.dataset_documents, result.stats.dataset_authors) == (251, 251)
+
+
+def test_a_workspace_path_with_glob_characters_is_read_as_it_is(tmp_path):
+    """The stored batches are the files the catalog names, never a glob's matches: with a
+    sibling ``ws1`` beside ``ws[1]``, an id stored in ``ws[1]`` under another author still
+    refuses the file, and the counts are ``ws[1]``'s own."""
+    from fdptm.storage.workspace import Workspace
+
+    other = Workspace.resolve(tmp_path / "ws1")
+    ingest(write_rows(tmp_path / "o.jsonl", [{"doc_id": f"o{i}", "text": "x"} for i in range(9)]),
+           "d", other)  # fmt: skip
+    ws = Workspace.resolve(tmp_path / "ws[1]")
+    first = [{"doc_id": "x1", "author_id": "alice", "text": "alice words"}]
+    ingest(write_rows(tmp_path / "a.jsonl", first), "d", ws)
+    again = [{"doc_id": "x1", "author_id": "mallory", "text": "same id"}]
+    with pytest.raises(BadInputError, match="collides with other authors' rows"):
+        ingest(write_rows(tmp_path / "b.jsonl", again), "d", ws)
+    new = [{"doc_id": "x2", "author_id": "bob", "text": "bob words"}]
+    stats = ingest(write_rows(tmp_path / "c.jsonl", new), "d", ws).stats
+    assert (stats.dataset_documents, stats.dataset_authors) == (2, 2)

@@ -223,7 +223,11 @@ PARAMETER_CONSTRAINTS = {
         hint="1 uses every unit in every iteration",
     ),
     "eta": param(POSITIVE, what="the topic-word prior"),
-    "alpha": param(POSITIVE, what="the document-topic prior"),
+    "alpha": param(
+        Real(0.0, 1e6, closed="right"),
+        what="the document-topic prior",
+        hint="at most 1e6 (the E-step's digamma is exact to gamma of about 1e50)",
+    ),
     "local_iterations": param(Integer(1), what="E-step rounds per document"),
     "local_tolerance": param(
         NON_NEGATIVE,
