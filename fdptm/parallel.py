@@ -147,8 +147,13 @@ class Placed:
             return
         from distributed import Client
 
-        self._client = Client(address, set_as_default=False)
-        self._chunks = self._client.scatter(chunks, hash=False)
+        client = Client(address, set_as_default=False)
+        try:
+            self._chunks = client.scatter(chunks, hash=False)
+        except BaseException:
+            client.close()  # a failed scatter leaves no open connection behind
+            raise
+        self._client = client
 
     def map(self, fn: Callable[..., Any], *shared: Any) -> list[Any]:
         if self._client is None:
