@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _error(message)
         return 2
+    finally:
+        running.stop_api()
 
 
 def _environment_problem(exc: Exception) -> str | None:
@@ -451,6 +453,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         workspace = Workspace.resolve(args.workspace).require()
         lost = lifecycle.preflight_resume(workspace, args.resume)
         check_cluster(args.dask_address)
+        running.start_api()
         for stage in lost:
             print(
                 f"stage {stage} of run {args.resume} read private data and stored nothing: "
@@ -469,6 +472,7 @@ def cmd_release(args: argparse.Namespace) -> int:
             )
         lifecycle.preflight(request)
         check_cluster(args.dask_address)
+        running.start_api()
         outcome = _flow("release", request, show, args.dask_address)
     _print_release(outcome)
     return 0
@@ -508,6 +512,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not planned:
         print(f"no closed {args.by} in range: nothing to release")
         return 0
+    running.start_api()
     result = running.run(run_backfill, request, args.by, args.first, args.last, args.dask_address)
     code = 0
     for r in result["partitions"]:
@@ -532,6 +537,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     unknown = [m for m in names if m not in MECHANISMS]
     if unknown:
         raise BadInputError(f"unknown mechanism(s) {unknown}; available: {', '.join(MECHANISMS)}")
+    running.start_api()
     result = running.run(
         compare_flow,
         dataset=args.dataset,
@@ -568,6 +574,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     if args.workers is not None and args.workers < 1:
         raise BadInputError(f"--workers must be >= 1, got {args.workers}")
+    running.start_api()
     report = running.run(audit, spec, args.workers, args.dask_address, args.processes)
     claim = report["claims_per_document"]["release"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")
@@ -602,6 +609,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from fdptm.tasks.ingest import ingest
 
     workspace = Workspace.resolve(args.workspace)
+    running.start_api()
     corpus = Path(datapath("lee_background.cor"))
     catalog = Catalog(workspace.create())
     if catalog.batches("lee"):

@@ -5,17 +5,26 @@ timeout for the temporary API server on a busy host); ``route_prefect_logs`` sen
 Prefect's logs to its API and to Python's logging instead of the console (``fdptm.api``;
 the CLI, which must start fast, silences them by level instead); ``run`` calls a flow
 without the flow heartbeat, which only serves a long-lived API's monitor; ``prefetch``
-imports a heavy module the flow needs late on a background thread. The CLI and
-``fdptm.api`` both go through here.
+imports a heavy module the flow needs late on a background thread; ``start_api`` starts
+Prefect's temporary API server for a CLI command before Prefect is imported (``TemporaryAPI``).
+The CLI and ``fdptm.api`` both go through here.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import importlib
+import importlib.util
 import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -81,8 +90,166 @@ def prefetch(module: str) -> None:
 
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``flow(*args, **kwargs)`` without the flow heartbeat."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    """``flow(*args, **kwargs)`` without the flow heartbeat, against the temporary API
+    server ``start_api`` started, if it did and Prefect would otherwise start its own."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        temporary_settings,
+    )
 
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    updates: dict = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
+    if _API:
+        url = _API[0].url()
+        if url:
+            updates[PREFECT_API_URL] = url
+    with temporary_settings(updates=updates):
         return flow(*args, **kwargs)
+
+
+_API: list[TemporaryAPI] = []
+
+
+def start_api() -> None:
+    """Start Prefect's temporary API server for this process's flow runs now, unless
+    ``PREFECT_API_URL`` is set in the environment (then no server is needed). For the CLI:
+    call it once a command has passed the checks that may refuse it, so that the server's
+    start overlaps the command's own imports; ``run`` then uses it, and it stops when the
+    process exits."""
+    if _API or os.environ.get("PREFECT_API_URL") or not _ephemeral_wanted():
+        return
+    _API.append(TemporaryAPI())
+    atexit.register(stop_api)
+
+
+def _ephemeral_wanted() -> bool:
+    """Whether Prefect, already imported (a test harness, a Python caller), would start a
+    temporary server; True when it is not imported yet (``TemporaryAPI.url`` checks again)."""
+    if "prefect.settings" not in sys.modules:
+        return True
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    return not settings.api.url and settings.server.ephemeral.enabled
+
+
+def stop_api() -> None:
+    """Stop the server ``start_api`` started (nothing if it did not)."""
+    while _API:
+        _API.pop().stop()
+
+
+class TemporaryAPI:
+    """Prefect's temporary API server for one CLI process, started before Prefect is imported.
+
+    Without ``PREFECT_API_URL`` Prefect starts a temporary ("ephemeral") API server when the
+    first flow run asks for a client: it imports Prefect's whole server package into the
+    calling process (4.5 s here) only to run the same server as a child process with
+    uvicorn, then waits for that child to answer (about 4 s more), all before the flow's
+    first task. This class runs that child with Prefect's own command and environment
+    (``prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command`` in Prefect 3)
+    as soon as the CLI command is accepted, so its start overlaps the command's imports,
+    and never imports the server package here. The flow then talks to it as to any running
+    server: same database (``PREFECT_HOME``), UI off, services off.
+
+    It is used only where Prefect would start its own: ``url`` returns None, and the
+    server is stopped unused, when Prefect's settings name an API (a profile's
+    ``PREFECT_API_URL``) or forbid temporary servers. The child gets SIGTERM if this
+    process dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``), so no server outlives its
+    command.
+    """
+
+    _PORT_IN_USE = 3  # uvicorn's exit status when it cannot bind its port
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen | None = None
+        self._url: str | None = None
+        self.port = 0
+        self._spawn()
+
+    def _spawn(self) -> None:
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        spec = importlib.util.find_spec("prefect")
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--app-dir",
+                site,
+                "--factory",
+                "prefect.server.api.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
+            env={**os.environ, **_SERVER_ENV},
+            preexec_fn=_die_with_parent,
+        )
+
+    def url(self) -> str | None:
+        """The server's API URL once it answers its health check; None when Prefect's
+        settings say not to use a temporary server (then it is stopped). Raises Prefect's
+        own errors (the CLI explains both) when the server exits while starting or does not
+        answer within ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``."""
+        import httpx
+        from prefect.settings import get_current_settings
+
+        if self._url:
+            return self._url
+        if not _ephemeral_wanted():
+            self.stop()
+            return None
+        limit = get_current_settings().server.ephemeral.startup_timeout_seconds
+        api = f"http://127.0.0.1:{self.port}/api"
+        start = time.monotonic()
+        with httpx.Client() as client:
+            while time.monotonic() - start < limit:
+                status = self._process.poll()
+                if status == self._PORT_IN_USE:
+                    self._spawn()
+                    api = f"http://127.0.0.1:{self.port}/api"
+                elif status is not None:
+                    raise RuntimeError(f"Ephemeral server process exited with code {status}.")
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"{api}/health").status_code == 200:
+                        self._url = api
+                        return api
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+_SERVER_ENV = {
+    "PREFECT_UI_ENABLED": "0",
+    "PREFECT__SERVER_EPHEMERAL": "1",
+    "PREFECT__SERVER_FINAL": "1",
+}
+"""What Prefect sets for its temporary server: no UI, no background services."""
+
+
+def _die_with_parent() -> None:
+    """In the server's child process, before it runs: ask Linux to send it SIGTERM when its
+    parent dies (prctl PR_SET_PDEATHSIG); elsewhere nothing (``stop`` at exit still runs)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)

@@ -34,7 +34,6 @@ from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace
-from fdptm.text import lemmatizer, stop_words
 
 _URL = re.compile(r"(?:https?://|www\.)\S+")
 _MENTION = re.compile(r"@\w+")
@@ -110,10 +109,13 @@ def _filtered_lists(lists: pa.ListArray, mask: pa.Array, n_docs: int) -> pa.List
 
 class _Lemmas:
     """WordNet lemmas of distinct tokens, each looked up once; None where the lemma breaks
-    the stop-word or length rules."""
+    the stop-word or length rules. nltk (``fdptm.text``, about 1 s of imports, scipy.stats
+    among them) is imported here, when PRE runs, not by a release whose PRE is cached."""
 
-    def __init__(self, cfg: PreConfig, stops: frozenset[str]) -> None:
-        self.cfg, self.stops, self.known = cfg, stops, {}
+    def __init__(self, cfg: PreConfig) -> None:
+        from fdptm.text import lemmatizer, stop_words
+
+        self.cfg, self.stops, self.known = cfg, stop_words(), {}
         self.lemmatize = lemmatizer().lemmatize
 
     def of(self, words: list[str]) -> list[str | None]:
@@ -171,7 +173,7 @@ def preprocess_array(
         _POOL["executor"] = pool
         results = pool.map(_worker_chunk, chunks)
     else:
-        lemmas = _Lemmas(cfg, stop_words())
+        lemmas = _Lemmas(cfg)
         results = (_preprocess_chunk(c, cfg, lemmas) for c in chunks)
     parts = []
     for part in results:
@@ -203,7 +205,7 @@ _POOL: dict = {}
 
 
 def _start_worker(cfg: PreConfig) -> None:
-    _WORKER["lemmas"] = _Lemmas(cfg, stop_words())
+    _WORKER["lemmas"] = _Lemmas(cfg)
 
 
 def _worker_chunk(texts: pa.Array) -> pa.ListArray:

@@ -48,7 +48,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+from scipy.special import log_ndtr, ndtr, ndtri
 
 from fdptm.kernels import set_union as kernels
 from fdptm.kernels.distinct import distinct_per_unit
@@ -106,7 +106,7 @@ def gaussian_threshold(sigma: float, delta: float, max_items: int) -> float:
     """rho_Gauss = max_{1<=t<=Delta0} 1/sqrt(t) + sigma * PhiInv((1 - delta/2)^(1/t))."""
     t = np.arange(1, max_items + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta / 2.0) / t)
-    return float(np.max(1.0 / np.sqrt(t) + sigma * stats.norm.isf(tail)))
+    return float(np.max(1.0 / np.sqrt(t) + sigma * -ndtri(tail)))  # Phi^-1(1 - tail)
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -116,12 +116,15 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     query is (eps, delta)-DP iff
     Phi(Delta/(2 sigma) - eps sigma/Delta) - e^eps Phi(-Delta/(2 sigma) - eps sigma/Delta)
     <= delta. The left side decreases in sigma; solve for equality with Brent's method.
+    (scipy.special's normal functions are scipy.stats.norm's own; scipy.optimize is
+    imported here, where it is used, to keep it out of releases that never calibrate.)
     """
+    from scipy import optimize
 
     def excess(sigma: float) -> float:
         a = sensitivity / (2.0 * sigma)
         b = epsilon * sigma / sensitivity
-        return float(stats.norm.cdf(a - b) - math.exp(epsilon + stats.norm.logcdf(-a - b)) - delta)
+        return float(ndtr(a - b) - math.exp(epsilon + log_ndtr(-a - b)) - delta)
 
     hi = 1.0
     while excess(hi) > 0:
