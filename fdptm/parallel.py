@@ -9,12 +9,16 @@ The same chunks can run on a Dask cluster instead (``on_cluster``: ``fdptm relea
 --dask-address``): ``Placed`` keeps each chunk's data where its work runs (scattered once
 to the workers) and maps a function over the chunks as often as the caller asks, with the
 results back in chunk order, so the caller combines them exactly as it does locally.
+``stream_map`` does the same for work done once per item of a stream (PRE's chunks of
+texts, SAN's batches): on a cluster with a bounded number of items in flight, here in
+this process one at a time.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -126,6 +130,40 @@ def _fdptm_version() -> str | None:
 def cluster_address() -> str | None:
     """The Dask scheduler ``on_cluster`` set for this context, if any."""
     return _CLUSTER.get()
+
+
+def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> Iterator[Any]:
+    """``fn(item, *shared)`` for each item, yielded in the items' order.
+
+    Here (no ``on_cluster``): in this process, one item at a time, so a caller that streams
+    holds one item and one result. On a cluster: each item is sent with its task to a
+    worker, at most two per worker thread in flight (the items are read only as results come
+    back, so memory here stays bounded too); the ``shared`` arguments that are arrays are
+    sent once to every worker. The function must be importable on the workers (fdptm's
+    own, which ``check_cluster`` checks they run)."""
+    address = cluster_address()
+    if address is None:
+        for item in items:
+            yield fn(item, *shared)
+        return
+    import pyarrow as pa
+    from distributed import Client
+
+    with Client(address, set_as_default=False) as client:
+        window = 2 * max(1, sum(client.nthreads().values()))
+        args = [
+            client.scatter(v, broadcast=True, hash=False)
+            if isinstance(v, np.ndarray | pa.Array)
+            else v
+            for v in shared
+        ]
+        pending: deque = deque()
+        for item in items:
+            pending.append(client.submit(fn, item, *args, pure=False))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 class Placed:

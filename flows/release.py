@@ -36,7 +36,7 @@ IO_RETRIES = {"retries": 2, "retry_delay_seconds": 1}
 
 
 @task(name="preprocess", cache_policy=NO_CACHE, **IO_RETRIES)
-def preprocess_task(spec: RunSpec, show: bool) -> list[dict]:
+def preprocess_task(spec: RunSpec, show: bool, dask_address: str | None = None) -> list[dict]:
     total = stages.documents(spec)
     with tqdm(total=total, desc="PRE documents", unit="doc", disable=not show) as bar:
 
@@ -44,7 +44,9 @@ def preprocess_task(spec: RunSpec, show: bool) -> list[dict]:
             bar.update(n)
             checkpoint("during-preprocess")
 
-        return lifecycle.run_stage(spec, "preprocess", stages.preprocess, step)
+        return lifecycle.run_stage(
+            spec, "preprocess", stages.preprocess, step, dask_address=dask_address
+        )
 
 
 @task(name="bound-contributions", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -58,8 +60,12 @@ def vocabulary_task(spec: RunSpec, bounded: dict) -> dict:
 
 
 @task(name="sanitize", cache_policy=NO_CACHE, **IO_RETRIES)
-def sanitize_task(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
-    return lifecycle.run_stage(spec, "sanitize", stages.sanitized, bounded, vocab)
+def sanitize_task(
+    spec: RunSpec, bounded: dict, vocab: dict, dask_address: str | None = None
+) -> dict:
+    return lifecycle.run_stage(
+        spec, "sanitize", stages.sanitized, bounded, vocab, dask_address=dask_address
+    )
 
 
 @task(name="m2-train", cache_policy=NO_CACHE, retries=0)
@@ -110,8 +116,9 @@ class ReleaseOutcome:
 def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = None) -> dict:
     """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome.
 
-    ``dask_address``: M2's data-parallel work (``dp-vi``'s statistics) runs on that Dask
-    cluster's workers (``stages.train``); every other stage runs in this process.
+    ``dask_address``: PRE's chunks, SAN's batches and M2's data-parallel work (``dp-vi``'s
+    statistics) run on that Dask cluster's workers; bounding, M1, the noise and publishing
+    run in this process.
 
     The run logs (Prefect's run logger: the UI, and Python's logging) name the run, its
     stages and its public budget, never a document, a word or a count of private data.
@@ -127,11 +134,11 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
         ", ".join(spec.dp_stages),
     )
     try:
-        tokens = preprocess_task(spec, show_progress)
+        tokens = preprocess_task(spec, show_progress, dask_address)
         bounded = bound_task(spec, tokens)
         vocab = vocabulary_task(spec, bounded)
         log.info("run %s: vocabulary selected (%s)", spec.run_id, spec.vocabulary_selection)
-        san = sanitize_task(spec, bounded, vocab)
+        san = sanitize_task(spec, bounded, vocab, dask_address)
         running.prefetch("great_expectations")  # the publish checks' import, during M2
         topic_word = train_task(spec, san, vocab, show_progress, dask_address)
         log.info("run %s: M2 trained", spec.run_id)

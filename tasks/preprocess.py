@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fdptm.parallel import workers
+from fdptm.parallel import cluster_address, stream_map, workers
 from fdptm.storage.artifacts import intact, read_parquet, write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.partitions import days
@@ -156,22 +156,26 @@ def preprocess_array(
     of that many worker processes (loky's reusable executor: fresh interpreters, so none
     of this process's threads or locks is inherited, and unlike multiprocessing's spawn it
     never re-runs the caller's main script), and the results are concatenated in chunk
-    order. PRE is a per-document function, so the output is the same on any number of
-    processes."""
+    order. On a Dask cluster (``fdptm.parallel.on_cluster``: ``--dask-address``) the
+    chunks run on its workers instead (``stream_map``; the texts travel to them). PRE is
+    a per-document function, so the output is the same on any number of processes or
+    workers."""
     texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
     chunks = [
         pa.concat_arrays([texts.slice(s, chunk)])  # compact: a slice pickles its buffers
         for s in range(0, len(texts), chunk)
     ]
     processes = min(workers(), len(chunks))
-    if processes > 1 and len(chunks) >= _POOL_CHUNKS:
+    if cluster_address() is not None:
+        results = stream_map(_worker_chunk, chunks, cfg)
+    elif processes > 1 and len(chunks) >= _POOL_CHUNKS:
         from loky import get_reusable_executor
 
         pool = get_reusable_executor(
             processes, timeout=60, initializer=_start_worker, initargs=(cfg,)
         )
         _POOL["executor"] = pool
-        results = pool.map(_worker_chunk, chunks)
+        results = pool.map(_worker_chunk, chunks, [cfg] * len(chunks))
     else:
         lemmas = _Lemmas(cfg)
         results = (_preprocess_chunk(c, cfg, lemmas) for c in chunks)
@@ -188,8 +192,9 @@ def preprocess_array(
 _POOL_CHUNKS = 10
 """Fewer chunks than this run in this process: a pool's start (2-3 s of imports and WordNet
 per worker, measured) costs more than it saves below about a million documents."""
-_WORKER: dict[str, _Lemmas] = {}
-"""The lemma cache of a PRE pool process (``_start_worker``)."""
+_WORKER: dict[PreConfig, _Lemmas] = {}
+"""The lemma caches of a PRE worker process (a pool's or a Dask worker's), one per
+configuration."""
 
 
 def stop_workers() -> None:
@@ -204,13 +209,16 @@ _POOL: dict = {}
 """The loky executor PRE started in this process, until ``stop_workers``."""
 
 
-def _start_worker(cfg: PreConfig) -> None:
-    _WORKER["lemmas"] = _Lemmas(cfg)
+def _start_worker(cfg: PreConfig) -> _Lemmas:
+    """This worker process's lemma cache for ``cfg``, made on first use (a Dask worker's
+    threads may race to make it: one wins, and either cache gives the same lemmas)."""
+    if cfg not in _WORKER:
+        _WORKER.setdefault(cfg, _Lemmas(cfg))
+    return _WORKER[cfg]
 
 
-def _worker_chunk(texts: pa.Array) -> pa.ListArray:
-    lemmas = _WORKER["lemmas"]
-    return _preprocess_chunk(texts, lemmas.cfg, lemmas)
+def _worker_chunk(texts: pa.Array, cfg: PreConfig) -> pa.ListArray:
+    return _preprocess_chunk(texts, cfg, _start_worker(cfg))
 
 
 def preprocess_texts(

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.lda import cgs_topic_counts, train_cgs
-from fdptm.parallel import on_cluster
+from fdptm.parallel import on_cluster, stream_map
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import (
     file_sha256,
@@ -166,8 +166,15 @@ def documents(spec: RunSpec) -> int:
     return sum(b["n_rows"] for b in read_batches(spec))
 
 
-def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) -> list[dict]:
-    """PRE over the run's batches (cached per batch and PRE configuration).
+def preprocess(
+    spec: RunSpec,
+    progress: Progress = None,
+    *,
+    spend: bool = True,
+    dask_address: str | None = None,
+) -> list[dict]:
+    """PRE over the run's batches (cached per batch and PRE configuration); with
+    ``dask_address`` on that Dask cluster's workers (``preprocess_array``).
 
     The first read of private data: the run's reservation is spent right before it, after a
     check that the batch files are intact (their hashes, which do not depend on what the
@@ -188,10 +195,11 @@ def preprocess(spec: RunSpec, progress: Progress = None, *, spend: bool = True) 
     if spend:  # an internal, uncharged run (``fdptm compare``) has nothing to spend
         begin_private_reads(spec)
     try:
-        return [
-            preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress)
-            for b in batches
-        ]
+        with on_cluster(dask_address):
+            return [
+                preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress)
+                for b in batches
+            ]
     finally:
         stop_workers()
 
@@ -273,8 +281,12 @@ def public_vocabulary(spec: RunSpec) -> PublicVocabulary:
     return public
 
 
-def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
-    """SAN: words outside the DP vocabulary become the OOV id (internal artifact).
+def sanitized(
+    spec: RunSpec, bounded: dict, vocab: dict, *, dask_address: str | None = None
+) -> dict:
+    """SAN: words outside the DP vocabulary become the OOV id (internal artifact); with
+    ``dask_address`` each batch of bounded tokens is sanitized on that Dask cluster's
+    workers (``fdptm.parallel.stream_map``), written here in order.
 
     A DP vocabulary too small to train on refunds M2: that decision is post-processing of
     M1's DP output, so the refund reveals nothing more about the data.
@@ -303,9 +315,10 @@ def sanitized(spec: RunSpec, bounded: dict, vocab: dict) -> dict:
     batches = pq.ParquetFile(path).iter_batches(batch_size=_ENCODE_BATCH)
     rel = f"internal/runs/{spec.run_id}/sanitized_tokens.parquet"
     value_set = pa.array(words, pa.string())
-    sha, rows = write_parquet_batches(
-        (sanitize(b, value_set) for b in batches), SANITIZED_SCHEMA, workspace.root / rel
-    )
+    with on_cluster(dask_address):
+        sha, rows = write_parquet_batches(
+            stream_map(sanitize, batches, value_set), SANITIZED_SCHEMA, workspace.root / rel
+        )
     key = f"run/{spec.run_id}/sanitized_tokens"
     catalog.register_artifact(key, spec.run_id, "sanitize", rel, sha, "internal", rows)
     return catalog.artifact(key)

@@ -1,6 +1,7 @@
-"""The release's M2 statistics on a Dask cluster (issue 13, item 4): ``dp-vi`` keeps each
-range of units on a worker of a real two-process ``LocalCluster`` and adds the returned
-clipped sums in range order, so a seeded release equals the local one byte for byte."""
+"""The release on a Dask cluster (issue 13, item 4): PRE's chunks and SAN's batches are
+mapped over the workers of a real two-process ``LocalCluster``, and ``dp-vi`` keeps each
+range of units on a worker and adds the returned clipped sums in range order, so a seeded
+release equals the local one byte for byte."""
 
 from __future__ import annotations
 
@@ -92,6 +93,21 @@ def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
             for name in ("topic_word.parquet", "vocabulary.parquet")
         }
     assert files["local"] == files["dask"]
+    from distributed import Client
+
+    with Client(cluster, set_as_default=False) as client:
+        ran = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
+    assert {"worker_chunk", "sanitize", "shard_statistic"} <= set(ran)  # PRE, SAN, M2 there
+
+
+def test_a_stream_maps_in_order_on_the_cluster_with_shared_arrays(cluster):
+    from fdptm.parallel import stream_map
+
+    items = (np.arange(3) + 10 * c for c in range(7))  # a generator: read as results return
+    with on_cluster(cluster):
+        remote = list(stream_map(np.dot, items, np.full(3, 2.0)))
+    local = list(stream_map(np.dot, (np.arange(3) + 10 * c for c in range(7)), np.full(3, 2.0)))
+    assert remote == local == [2.0 * (30 * c + 3) for c in range(7)]
 
 
 def test_an_unreachable_cluster_is_refused_before_any_budget_is_spent(tmp_path, pheme_raw):
