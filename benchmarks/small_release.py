@@ -76,8 +76,12 @@ def _env(workspace: Path, home: Path, api: str | None) -> dict:
 
 def _release(python: str, env: dict) -> float:
     start = time.perf_counter()
-    out = subprocess.run(
-        [python, "-m", "fdptm.cli", *RELEASE], env=env, capture_output=True, text=True
+    out = subprocess.run(  # not in the checkout: `-m` would import its fdptm for any python
+        [python, "-m", "fdptm.cli", *RELEASE],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
     )
     wall = time.perf_counter() - start
     if out.returncode != 0:
