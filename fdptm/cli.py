@@ -290,8 +290,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _error(message)
         return 2
-    finally:
-        running.stop_api()
 
 
 def _environment_problem(exc: Exception) -> str | None:
@@ -512,7 +510,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not planned:
         print(f"no closed {args.by} in range: nothing to release")
         return 0
-    running.start_api()
+    if args.dask_address is None:  # Dask workers would get this host's loopback URL
+        running.start_api()
     result = running.run(run_backfill, request, args.by, args.first, args.last, args.dask_address)
     code = 0
     for r in result["partitions"]:
@@ -574,7 +573,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     )
     if args.workers is not None and args.workers < 1:
         raise BadInputError(f"--workers must be >= 1, got {args.workers}")
-    running.start_api()
+    if args.dask_address is None:  # Dask workers would get this host's loopback URL
+        running.start_api()
     report = running.run(audit, spec, args.workers, args.dask_address, args.processes)
     claim = report["claims_per_document"]["release"]
     print(f"audit of {report['run_id']}: {report['verdict']} ({report['note']})")

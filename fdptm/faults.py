@@ -6,8 +6,8 @@
 (``after-<stage>``) or inside a stage (``during-<stage>``), the way an out-of-memory kill or
 a lost machine would stop it: no exception handler, ``finally`` block or atexit hook runs.
 ``FDPTM_KILL_SERVER_AT`` kills (SIGKILL) the Prefect API server this process started (its
-temporary server, a child process) and lets the process go on, as when the server dies
-under a running release.
+temporary server, a child process: Prefect's uvicorn or ``fdptm.flows.api_server``) and
+lets the process go on, as when the server dies under a running release.
 
 ``FDPTM_STOP_AT`` instead stops the process there (SIGSTOP): it stays alive, holding its
 run, until it gets SIGCONT, which lets a test look at a live run deterministically.
@@ -39,7 +39,8 @@ def checkpoint(name: str) -> None:
     if os.environ.get(SERVER_ENV) == name:
         del os.environ[SERVER_ENV]
         for pid in _children(os.getpid()):
-            if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"uvicorn" in command or b"fdptm.flows.api_server" in command:
                 os.kill(pid, signal.SIGKILL)
     if os.environ.get(STOP_ENV) in (name, f"{name}#{_HITS[name]}"):
         del os.environ[STOP_ENV]  # once: a checkpoint in a loop must not stop it again

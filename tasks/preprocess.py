@@ -19,9 +19,11 @@ strings), cached in the catalog by batch content hash and PRE configuration.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -197,12 +199,27 @@ _WORKER: dict[PreConfig, _Lemmas] = {}
 configuration."""
 
 
-def stop_workers() -> None:
+def stop_workers(dask_address: str | None = None) -> None:
     """Stop PRE's worker processes, if any run (their memory is not held through the
-    stages that follow; ``stages.preprocess`` calls this after its last batch)."""
+    stages that follow; ``stages.preprocess`` calls this after its last batch), and make
+    the Dask workers at ``dask_address`` drop their lemma caches, which hold the distinct
+    tokens of the texts they preprocessed (a worker outlives the run). A cluster that
+    cannot be reached any more holds nothing of this run to drop."""
     pool = _POOL.pop("executor", None)
     if pool is not None:
         pool.shutdown(wait=True)
+    if dask_address is not None:
+        from distributed import Client
+
+        with (
+            contextlib.suppress(OSError, TimeoutError),
+            Client(dask_address, timeout="10s", set_as_default=False) as client,
+        ):
+            client.run(_forget_lemmas)
+
+
+def _forget_lemmas() -> None:
+    _WORKER.clear()
 
 
 _POOL: dict = {}
@@ -210,11 +227,15 @@ _POOL: dict = {}
 
 
 def _start_worker(cfg: PreConfig) -> _Lemmas:
-    """This worker process's lemma cache for ``cfg``, made on first use (a Dask worker's
-    threads may race to make it: one wins, and either cache gives the same lemmas)."""
-    if cfg not in _WORKER:
-        _WORKER.setdefault(cfg, _Lemmas(cfg))
-    return _WORKER[cfg]
+    """This worker process's lemma cache for ``cfg``, made on first use (once: a Dask
+    worker's threads wait for the first to finish)."""
+    with _WORKER_LOCK:
+        if cfg not in _WORKER:
+            _WORKER[cfg] = _Lemmas(cfg)
+        return _WORKER[cfg]
+
+
+_WORKER_LOCK = threading.Lock()
 
 
 def _worker_chunk(texts: pa.Array, cfg: PreConfig) -> pa.ListArray:
@@ -228,6 +249,23 @@ def preprocess_texts(
 ) -> list[list[str]]:
     """``preprocess_array`` on a list of strings, as lists."""
     return preprocess_array(pa.array(texts, pa.string()), cfg, progress).to_pylist()
+
+
+_CANARY = (
+    "The quick brown foxes were running past the geese; naïve café owners watched.",
+    "@someone read https://example.org/x?y=1 — it's the 2nd time, isn't it?",
+    "Children's mice: wolves, leaves, analyses and criteria were studied loudly!!",
+    "ÉCOLE élèves STRASSE straße ﬁnance ＦＵＬＬＷＩＤＴＨ Ωmega",
+)
+
+
+def canary() -> str:
+    """sha256 of PRE's tokens of a few fixed public texts (URLs, mentions, plurals,
+    non-ASCII letters): equal on two machines whose PRE agrees (the same nltk, WordNet data
+    and pyarrow kernels), which ``fdptm.parallel.check_cluster`` requires of Dask workers
+    before PRE runs there."""
+    tokens = preprocess_array(pa.array(_CANARY, pa.string()), PreConfig()).to_pylist()
+    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()
 
 
 TOKENS_SCHEMA = pa.schema(

@@ -201,7 +201,7 @@ def preprocess(
                 for b in batches
             ]
     finally:
-        stop_workers()
+        stop_workers(dask_address)
 
 
 def scoped_tokens(spec: RunSpec, token_artifacts: list[dict]) -> pa.Table:

@@ -80,6 +80,18 @@ def test_the_statistic_on_the_cluster_equals_the_local_one(cluster):
 def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
     tmp_path, pheme_raw, cluster
 ):
+    from distributed import Client
+
+    def prefixes() -> dict[str, int]:
+        with Client(cluster, set_as_default=False) as client:
+            return client.run_on_scheduler(
+                lambda dask_scheduler: {
+                    name: sum(p.state_counts.values())
+                    for name, p in dask_scheduler.task_prefixes.items()
+                }
+            )
+
+    before = prefixes()
     files = {}
     for arm, address in (("local", None), ("dask", cluster)):
         dataset = fdptm.Workspace(tmp_path / arm).dataset("pheme")
@@ -93,21 +105,42 @@ def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
             for name in ("topic_word.parquet", "vocabulary.parquet")
         }
     assert files["local"] == files["dask"]
-    from distributed import Client
-
-    with Client(cluster, set_as_default=False) as client:
-        ran = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
-    assert {"worker_chunk", "sanitize", "shard_statistic"} <= set(ran)  # PRE, SAN, M2 there
+    after = prefixes()
+    for name in ("worker_chunk", "sanitize", "shard_statistic"):  # PRE, SAN, M2 ran there
+        assert after.get(name, 0) > before.get(name, 0), name
 
 
-def test_a_stream_maps_in_order_on_the_cluster_with_shared_arrays(cluster):
+def test_a_stream_maps_in_order_on_the_cluster_reading_items_as_results_return(cluster):
     from fdptm.parallel import stream_map
 
-    items = (np.arange(3) + 10 * c for c in range(7))  # a generator: read as results return
+    pulled = []
+
+    def items():
+        for c in range(7):
+            pulled.append(c)
+            yield np.arange(3) + 10 * c
+
     with on_cluster(cluster):
-        remote = list(stream_map(np.dot, items, np.full(3, 2.0)))
+        stream = stream_map(np.dot, items(), np.full(3, 2.0))
+        first = next(stream)
+        assert len(pulled) == 4  # two per worker thread in flight: 2 workers x 1 thread
+        remote = [first, *stream]
     local = list(stream_map(np.dot, (np.arange(3) + 10 * c for c in range(7)), np.full(3, 2.0)))
     assert remote == local == [2.0 * (30 * c + 3) for c in range(7)]
+
+
+def test_a_large_item_travels_outside_the_task_graph(cluster, recwarn):
+    """distributed warns with the graph's size when a task carries more than 10 MB: an
+    item inside the graph would print the size of private data (and a failed task would
+    log its content). Items are scattered instead."""
+    import pyarrow as pa
+
+    from fdptm.parallel import stream_map
+
+    big = pa.array(np.zeros(2_000_000))  # 16 MB
+    with on_cluster(cluster):
+        assert list(stream_map(len, [big, big])) == [2_000_000, 2_000_000]
+    assert not [w for w in recwarn if "large graph" in str(w.message)]
 
 
 def test_an_unreachable_cluster_is_refused_before_any_budget_is_spent(tmp_path, pheme_raw):
@@ -139,3 +172,15 @@ def test_a_cluster_of_this_code_passes_the_check(cluster):
 
     check_cluster(cluster)
     check_cluster(None)
+
+
+def test_workers_that_preprocess_differently_are_refused(cluster, monkeypatch):
+    """The workers' PRE must give this process's tokens on the canary texts; here this
+    process's canary changes (as another nltk or WordNet would change its tokens)."""
+    from fdptm.errors import BadInputError
+    from fdptm.parallel import check_cluster
+    from fdptm.tasks import preprocess
+
+    monkeypatch.setattr(preprocess, "_CANARY", ("other texts tokenise to other tokens",))
+    with pytest.raises(BadInputError, match="preprocess text differently"):
+        check_cluster(cluster)

@@ -1,6 +1,6 @@
 """The CLI's temporary Prefect API server (``flows.running.TemporaryAPI``): started by the
 CLI itself once a command is accepted, never importing Prefect's server package into the
-CLI's process, not started where Prefect's settings name an API, and never outliving its
+CLI's process, unused where a Prefect profile names an API, and never outliving its
 command, even one killed by SIGKILL. Real ``fdptm`` processes and real servers."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_the_server_dies_with_a_killed_release(small, tmp_path):
         servers = [
             pid
             for pid in _children(proc.pid)
-            if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"fdptm.flows.api_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
         assert len(servers) == 1
     finally:
@@ -99,14 +99,26 @@ def test_the_server_dies_with_a_killed_release(small, tmp_path):
         time.sleep(0.1)
 
 
-def test_no_server_where_prefects_settings_name_an_api(prefect_harness):
-    """Under a harness (an API in Prefect's settings, not in the environment) the CLI
-    starts no server of its own."""
-    from fdptm.flows import running
+@pytest.mark.usefixtures("prefect_harness")
+def test_no_server_where_a_prefect_profile_names_an_api(small, tmp_path):
+    """A profile's PREFECT_API_URL (not in the environment): the server's process reads
+    Prefect's settings and exits unused, so nothing touches this PREFECT_HOME's database,
+    and the release runs on the profile's API."""
+    from prefect.settings import PREFECT_API_URL
 
-    assert "PREFECT_API_URL" not in os.environ
-    running.start_api()
-    try:
-        assert running._API == []
-    finally:
-        running.stop_api()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "profiles.toml").write_text(
+        f'active = "team"\n\n[profiles.team]\nPREFECT_API_URL = "{PREFECT_API_URL.value()}"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "fdptm.cli", *RELEASE, "--workspace", str(small.root)],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (home / "prefect.db").exists()
+    (run,) = Catalog(small).query("SELECT status FROM runs WHERE kind = 'release'")
+    assert run["status"] == "succeeded"

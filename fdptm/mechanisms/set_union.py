@@ -116,8 +116,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     query is (eps, delta)-DP iff
     Phi(Delta/(2 sigma) - eps sigma/Delta) - e^eps Phi(-Delta/(2 sigma) - eps sigma/Delta)
     <= delta. The left side decreases in sigma; solve for equality with Brent's method.
-    (scipy.special's normal functions are scipy.stats.norm's own; scipy.optimize is
-    imported here, where it is used, to keep it out of releases that never calibrate.)
+    (scipy.special's normal functions are the ones scipy.stats.norm calls.)
     """
     from scipy import optimize
 
