@@ -42,6 +42,21 @@ def workspace(tmp_path):
     return Workspace.resolve(tmp_path / "ws")
 
 
+@pytest.fixture
+def small(tmp_path):
+    """A workspace whose dataset ``small`` holds 80 one-line documents over two word groups
+    (document level): enough for a quick seeded release."""
+    from fdptm.storage.workspace import Workspace
+    from fdptm.tasks.ingest import ingest
+
+    workspace = Workspace.resolve(tmp_path / "ws")
+    path = tmp_path / "small.txt"
+    lines = ["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 40
+    path.write_text("\n".join(lines))
+    ingest(path, "small", workspace)
+    return workspace
+
+
 @pytest.fixture(scope="session")
 def pheme_raw() -> Path:
     if not PHEME_RAW.exists():

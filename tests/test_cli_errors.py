@@ -8,23 +8,11 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
-from fdptm.tasks.ingest import ingest
 
 RELEASE = ["--epsilon", "1000", "--delta", "1e-5", "--topics", "2", "--iterations", "5"]
 MECHANISM = ["--mechanism", "hdp-lda", "--seed", "3", "--no-progress"]
-
-
-@pytest.fixture
-def small(tmp_path) -> Workspace:
-    workspace = Workspace.resolve(tmp_path / "ws")
-    path = tmp_path / "small.txt"
-    path.write_text("\n".join(["apple banana cherry grape", "durian elderberry figs lemon"] * 40))
-    ingest(path, "small", workspace)
-    return workspace
 
 
 def _env(home, **extra: str) -> dict[str, str]:

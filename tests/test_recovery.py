@@ -18,7 +18,6 @@ import pytest
 
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
-from fdptm.tasks.ingest import ingest
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -41,16 +40,6 @@ def fdptm(workspace: Workspace, *args: str, kill_at: str | None = None):
         text=True,
         timeout=600,
     )
-
-
-@pytest.fixture
-def small(tmp_path) -> Workspace:
-    workspace = Workspace.resolve(tmp_path / "ws")
-    path = tmp_path / "small.txt"
-    lines = ["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 40
-    path.write_text("\n".join(lines))
-    ingest(path, "small", workspace)
-    return workspace
 
 
 def ledger(workspace: Workspace) -> list[dict]:

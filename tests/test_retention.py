@@ -12,22 +12,10 @@ import pytest
 from fdptm.cli import main
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
-from fdptm.tasks.ingest import ingest
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 RELEASE = ["--dataset", "small", "--epsilon", "1000", "--delta", "1e-5", "--topics", "2"]
 RELEASE += ["--iterations", "5", "--mechanism", "hdp-lda", "--seed", "3", "--no-progress"]
-
-
-@pytest.fixture
-def small(tmp_path) -> Workspace:
-    workspace = Workspace.resolve(tmp_path / "ws")
-    path = tmp_path / "small.txt"
-    path.write_text(
-        "\n".join(["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 40)
-    )
-    ingest(path, "small", workspace)
-    return workspace
 
 
 def _files(workspace: Workspace, run_id: str) -> set[str]:

@@ -15,21 +15,10 @@ from pathlib import Path
 import pytest
 
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.workspace import Workspace
-from fdptm.tasks.ingest import ingest
 
 RELEASE = ["release", "--dataset", "small", "--epsilon", "1000", "--delta", "1e-5"]
 RELEASE += ["--topics", "2", "--iterations", "5", "--mechanism", "hdp-lda", "--seed", "3"]
 RELEASE += ["--no-progress"]
-
-
-@pytest.fixture
-def small(tmp_path) -> Workspace:
-    workspace = Workspace.resolve(tmp_path / "ws")
-    path = tmp_path / "small.txt"
-    path.write_text("\n".join(["apple banana cherry grape", "durian elderberry figs lemon"] * 40))
-    ingest(path, "small", workspace)
-    return workspace
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
