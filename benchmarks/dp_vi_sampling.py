@@ -42,7 +42,7 @@ from fdptm.mechanisms import dp_vi  # noqa: E402
 from fdptm.privacy.adjacency import Adjacency  # noqa: E402
 from fdptm.privacy.noise import NoiseSource  # noqa: E402
 
-TOPICS, WORDS, EPSILON, DELTA, ITERATIONS = 10, 3000, 3.0, 1e-6, 20
+TOPICS, WORDS, DELTA, ITERATIONS = 10, 3000, 1e-6, 20
 
 
 def main() -> None:
@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--rates", default="1,0.5,0.25,0.1")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epsilon", type=float, default=3.0)
     parser.add_argument("--out", default=str(HERE / "dp_vi_sampling"))
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
@@ -61,7 +62,7 @@ def main() -> None:
         order = rates[r % len(rates) :] + rates[: r % len(rates)]
         for rate in order:
             params = dp_vi.dp_vi_params(
-                EPSILON,
+                args.epsilon,
                 DELTA,
                 n_topics=TOPICS,
                 adjacency=Adjacency.DOCUMENT,
@@ -82,6 +83,7 @@ def main() -> None:
         "code": code_version(),
         "machine": machine(),
         "documents": args.docs,
+        "epsilon": args.epsilon,
         "tokens": int(corpus.doc_ptr[-1]),
         "runs": runs,
     }
@@ -101,7 +103,7 @@ def render(r: dict) -> str:
         f"Python {m['python']} · code {r['code']}",
         "",
         f"{r['documents']:,} synthetic documents ({r['tokens']:,} tokens; 10 true topics over "
-        f"3,000 words), document level, epsilon {EPSILON:g}, delta {DELTA:g}, k {TOPICS}, "
+        f"3,000 words), document level, epsilon {r['epsilon']:g}, delta {DELTA:g}, k {TOPICS}, "
         f"{ITERATIONS} iterations, release defaults otherwise; production noise; arms "
         "interleaved (see the module docstring).",
         "",
