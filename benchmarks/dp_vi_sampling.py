@@ -42,7 +42,7 @@ from fdptm.mechanisms import dp_vi  # noqa: E402
 from fdptm.privacy.adjacency import Adjacency  # noqa: E402
 from fdptm.privacy.noise import NoiseSource  # noqa: E402
 
-TOPICS, WORDS, DELTA, ITERATIONS = 10, 3000, 1e-6, 20
+TOPICS, WORDS, DELTA = 10, 3000, 1e-6
 
 
 def main() -> None:
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epsilon", type=float, default=3.0)
+    parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--out", default=str(HERE / "dp_vi_sampling"))
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
@@ -67,7 +68,7 @@ def main() -> None:
                 n_topics=TOPICS,
                 adjacency=Adjacency.DOCUMENT,
                 max_docs_per_author=1,
-                iterations=ITERATIONS,
+                iterations=args.iterations,
                 sampling_rate=rate,
             )
             start = time.perf_counter()
@@ -84,6 +85,7 @@ def main() -> None:
         "machine": machine(),
         "documents": args.docs,
         "epsilon": args.epsilon,
+        "iterations": args.iterations,
         "tokens": int(corpus.doc_ptr[-1]),
         "runs": runs,
     }
@@ -104,7 +106,7 @@ def render(r: dict) -> str:
         "",
         f"{r['documents']:,} synthetic documents ({r['tokens']:,} tokens; 10 true topics over "
         f"3,000 words), document level, epsilon {r['epsilon']:g}, delta {DELTA:g}, k {TOPICS}, "
-        f"{ITERATIONS} iterations, release defaults otherwise; production noise; arms "
+        f"{r['iterations']} iterations, release defaults otherwise; production noise; arms "
         "interleaved (see the module docstring).",
         "",
         "| sampling rate q | noise multiplier z | M2 wall (s), median | ratio to q = 1 | "
