@@ -98,7 +98,7 @@ def check_cluster(address: str | None) -> None:
 
     try:
         with Client(address, timeout="10s", set_as_default=False) as client:
-            found = client.run(_fdptm_version)
+            found = client.run(_worker_fingerprint)
     except (OSError, TimeoutError, ValueError) as exc:
         raise BadInputError(
             f"no Dask scheduler answers at {address!r} ({type(exc).__name__}); start one "
@@ -117,7 +117,7 @@ def check_cluster(address: str | None) -> None:
             f"{code_version()}: install this version on every worker (their code clips the "
             "statistics that the noise is calibrated to)"
         )
-    local = _fdptm_version()[1]
+    local = _worker_fingerprint()[1]
     if any(v[1] != local for v in found.values()):
         raise BadInputError(
             f"the Dask workers at {address!r} preprocess text differently from this machine "
@@ -127,7 +127,7 @@ def check_cluster(address: str | None) -> None:
         )
 
 
-def _fdptm_version() -> tuple[str | None, str | None]:
+def _worker_fingerprint() -> tuple[str | None, str | None]:
     """This process's fdptm code version (``fdptm.version.code_version``) and PRE's
     canary digest (run on each Dask worker by ``check_cluster``); None for what cannot
     be imported or computed there."""
@@ -165,17 +165,11 @@ def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> It
         for item in items:
             yield fn(item, *shared)
         return
-    import pyarrow as pa
     from distributed import Client
 
     with Client(address, set_as_default=False) as client:
         window = 2 * max(1, sum(client.nthreads().values()))
-        args = [
-            client.scatter(v, broadcast=True, hash=False)
-            if isinstance(v, np.ndarray | pa.Array)
-            else v
-            for v in shared
-        ]
+        args, _ = _broadcast(client, shared)
         pending: deque = deque()
 
         def result() -> Any:
@@ -191,6 +185,19 @@ def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> It
                 yield result()
         while pending:
             yield result()
+
+
+def _broadcast(client: Any, shared: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    """``shared`` with each array (numpy or Arrow) replaced by a future of it that every
+    worker holds (sent once per call, not once per task; scalars stay inline), and those
+    futures, for the caller to release."""
+    import pyarrow as pa
+
+    args = [
+        client.scatter(v, broadcast=True, hash=False) if isinstance(v, np.ndarray | pa.Array) else v
+        for v in shared
+    ]
+    return args, [a for a, v in zip(args, shared, strict=True) if a is not v]
 
 
 class Placed:
@@ -229,10 +236,7 @@ class Placed:
 
             each_chunk(work, self.n)
             return results
-        arrays = [v for v in shared if isinstance(v, np.ndarray)]
-        sent = [self._client.scatter(v, broadcast=True, hash=False) for v in arrays]
-        by_id = {id(v): f for v, f in zip(arrays, sent, strict=True)}
-        args = [by_id.get(id(v), v) for v in shared]  # arrays once per worker; scalars inline
+        args, sent = _broadcast(self._client, shared)
         futures = [self._client.submit(fn, chunk, *args, pure=False) for chunk in self._chunks]
         results = self._client.gather(futures)
         self._client.cancel(futures + sent)
