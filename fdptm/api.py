@@ -89,6 +89,35 @@ class Workspace:
         running.prepare_prefect()
         return running.run(audit, spec, workers, None, False)
 
+    def store(self):
+        """``fdptm store``: the artifact store (``storage.objectstore.Status``: its URL or
+        None, the artifacts, how many it holds and how many have a local copy)."""
+        from fdptm.storage import objectstore
+
+        return objectstore.status(self._workspace.require())
+
+    def set_store(self, url: str | None) -> int:
+        """``fdptm store --set URL`` (``None``: ``--unset``); how many artifacts were uploaded."""
+        from fdptm.storage import objectstore
+
+        workspace = self._workspace.require()
+        if url is None:
+            objectstore.unset_store(workspace)
+            return 0
+        return objectstore.set_store(workspace, url)
+
+    def sync_store(self) -> int:
+        """``fdptm store --sync``: upload what a failed upload left pending; how many."""
+        from fdptm.storage import objectstore
+
+        return objectstore.sync(self._workspace.require())
+
+    def evict(self) -> tuple[int, int]:
+        """``fdptm store --evict``: (local copies removed, bytes freed)."""
+        from fdptm.storage import objectstore
+
+        return objectstore.evict(self._workspace.require())
+
     def _catalog(self):
         from fdptm.storage.catalog import Catalog
 
@@ -176,7 +205,7 @@ class Dataset:
 
         batches = self._existing().batches(self.name)
         if counts:
-            return partitions.counts(self.workspace.path, batches, by)
+            return partitions.counts(self.workspace._workspace, batches, by)
         return partitions.listing(batches)
 
     def _request(self, request: ReleaseRequest | None, fields: dict[str, Any]) -> ReleaseRequest:

@@ -215,6 +215,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     workspace(gc)
 
+    store = sub.add_parser(
+        "store",
+        help="show (and set) the object store holding a copy of the workspace's artifacts",
+    )
+    action = store.add_mutually_exclusive_group()
+    action.add_argument(
+        "--set",
+        metavar="URL",
+        help="keep a copy of every artifact at URL (s3://bucket/prefix; a private bucket)",
+    )
+    action.add_argument(
+        "--unset", action="store_true", help="keep the artifacts in the workspace only"
+    )
+    action.add_argument(
+        "--sync", action="store_true", help="upload the artifacts whose upload failed"
+    )
+    action.add_argument(
+        "--evict",
+        action="store_true",
+        help="remove the workspace's copies of internal artifacts the store holds",
+    )
+    workspace(store)
+
     parts = sub.add_parser(
         "partitions",
         help="a dataset's batches (and with --counts its documents per window: internal)",
@@ -272,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             "backfill": cmd_backfill,
             "partitions": cmd_partitions,
             "gc": cmd_gc,
+            "store": cmd_store,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -668,6 +692,29 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    from fdptm.storage import objectstore
+    from fdptm.storage.workspace import Workspace
+
+    workspace = Workspace.resolve(args.workspace).require()
+    if args.set:
+        uploaded = objectstore.set_store(workspace, args.set)
+        print(f"artifact store set; {uploaded} artifact(s) uploaded")
+    elif args.unset:
+        objectstore.unset_store(workspace)
+        print("artifact store unset: every artifact is in the workspace; the store's objects stay")
+    elif args.sync:
+        print(f"{objectstore.sync(workspace)} artifact(s) uploaded")
+    elif args.evict:
+        files, freed = objectstore.evict(workspace)
+        print(f"{files} local cop(ies) removed, {freed / 1e6:.2f} MB freed; releases untouched")
+    s = objectstore.status(workspace)
+    print(f"store: {s.store or 'none (artifacts live in the workspace only)'}")
+    pending = f", {s.artifacts - s.uploaded} not uploaded" if s.store else ""
+    print(f"artifacts: {s.artifacts}, {s.local} with a local copy{pending}")
+    return 0
+
+
 def cmd_partitions(args: argparse.Namespace) -> int:
     from fdptm.storage.catalog import Catalog
     from fdptm.storage.partitions import counts, listing
@@ -679,7 +726,7 @@ def cmd_partitions(args: argparse.Namespace) -> int:
     if catalog.dataset(args.dataset) is None:
         raise BadInputError(f"no dataset named {args.dataset!r}; ingest it first")
     batches = catalog.batches(args.dataset)
-    rows = counts(workspace.root, batches, args.by) if args.counts else listing(batches)
+    rows = counts(workspace, batches, args.by) if args.counts else listing(batches)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -22,7 +22,7 @@ from fdptm.evaluation.comparison import compare, markdown, split_documents
 from fdptm.privacy.accountant import StageSpec, plan_budget
 from fdptm.privacy.noise import NoiseSource
 from fdptm.request import default
-from fdptm.storage import recovery
+from fdptm.storage import objectstore, recovery
 from fdptm.storage.artifacts import write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
@@ -127,6 +127,7 @@ def compare_flow(
             "internal",
             len(rows),
         )
+        objectstore.sync(root, [f"run/{spec.run_id}/comparison"])
     except BaseException as exc:
         catalog.finish_run(spec.run_id, "failed", f"{type(exc).__name__}: {exc}")
         recovery.release_claim(root, spec.run_id)

@@ -25,7 +25,9 @@ from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
 from fdptm.faults import checkpoint
 from fdptm.flows import running
 from fdptm.parallel import check_cluster
+from fdptm.release import FILES
 from fdptm.request import ReleaseRequest
+from fdptm.storage import objectstore
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import run as lifecycle
 from fdptm.tasks import stages
@@ -151,6 +153,9 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
         raise
     lifecycle.finish(spec)
     log.info("run %s: published", spec.run_id)
+    objectstore.sync(
+        Workspace.resolve(spec.workspace), [f"release/{spec.run_id}/{name}" for name in FILES]
+    )
     manifest = json.loads((Path(path) / "manifest.json").read_text())
     g = manifest["guarantee"]
     outcome = ReleaseOutcome(

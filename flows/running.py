@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fdptm.errors import FdptmError
 from fdptm.flows import api_server
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
@@ -88,15 +89,32 @@ def prefetch(module: str) -> None:
     threading.Thread(target=load, name=f"import-{module}", daemon=True).start()
 
 
+class _ClearErrors(logging.Filter):
+    """fdptm's own errors carry a message that says what is wrong and what to do: Prefect's
+    engine logs them without a traceback (anything else keeps its traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], FdptmError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_CLEAR_ERRORS = _ClearErrors()
+
+
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``flow(*args, **kwargs)`` without the flow heartbeat, against the temporary API
-    server ``start_api`` started, if it did and Prefect would otherwise start its own."""
+    server ``start_api`` started, if it did and Prefect would otherwise start its own; a
+    failed run's fdptm error is logged as its message, without a traceback."""
     from prefect.settings import (
         PREFECT_API_URL,
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
         temporary_settings,
     )
 
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).addFilter(_CLEAR_ERRORS)  # a no-op when already there
     updates: dict = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
     if _API:
         url = _API[0].url()

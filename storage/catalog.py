@@ -160,6 +160,12 @@ CREATE TABLE IF NOT EXISTS releases (
     manifest_sha256 VARCHAR NOT NULL,
     released_at TIMESTAMPTZ NOT NULL
 );
+ALTER TABLE artifacts ADD COLUMN IF NOT EXISTS stored_in VARCHAR;
+CREATE TABLE IF NOT EXISTS settings (
+    key VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
 CREATE TABLE IF NOT EXISTS audit_results (
     run_id VARCHAR NOT NULL,
     mode VARCHAR NOT NULL,
@@ -587,13 +593,17 @@ class Catalog:
         n_rows: int | None = None,
         con: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
-        """Record an artifact with its producer run and content hash.
+        """Record an artifact with its producer run and content hash (not yet in the
+        artifact store: ``storage.objectstore.sync`` uploads it and sets ``stored_in``).
 
         ``con``: an open connection (inside a transaction) to join; else one of its own.
         """
         if visibility not in ("internal", "public"):
             raise ValueError(f"visibility must be 'internal' or 'public', got {visibility!r}")
-        sql = "INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        sql = (
+            "INSERT OR REPLACE INTO artifacts (name, run_id, stage, path, sha256, visibility,"
+            " n_rows, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         params = [name, run_id, stage, path, sha256, visibility, n_rows, now()]
         if con is not None:
             con.execute(sql, params)

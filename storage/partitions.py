@@ -22,11 +22,15 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError
+
+if TYPE_CHECKING:
+    from fdptm.storage.workspace import Workspace
 
 EPOCH = dt.date(1970, 1, 1)
 MICROS_PER_DAY = 86_400_000_000
@@ -210,17 +214,18 @@ def listing(batches: list[dict]) -> list[dict]:
     ]
 
 
-def counts(root: Path, batches: list[dict], by: str = "day") -> list[dict]:
+def counts(workspace: Workspace, batches: list[dict], by: str = "day") -> list[dict]:
     """Documents per (batch, window) of ``by`` (day, week, month), only the windows that
     hold documents. Internal counts of private data, for the operator's eyes: which
     windows hold documents is itself private, so a scope chosen from these counts (and
     published in its manifest) can reveal them."""
     import numpy as np
-    import pyarrow.parquet as pq
+
+    from fdptm.storage import objectstore
 
     out = []
     for b in batches:
-        ts = pq.read_table(root / b["path"], columns=["ts"]).column("ts")
+        ts = objectstore.read(workspace, b, ["ts"]).column("ts")
         if not b["timed"]:
             out.append({"batch": b["seq"], "since": None, "until": None, "documents": len(ts)})
             continue

@@ -10,6 +10,10 @@ nothing removed them. ``collect`` removes, after closing dead runs (``storage.re
   tokens); those too once the release has been audited, or with ``audit_inputs=True``
   (the release then cannot be audited: ``fdptm audit`` says so).
 
+With an artifact store (``storage.objectstore``), the store's copies go too, before the
+catalog rows: a store that cannot be reached leaves the catalog as it was. Copies in an
+earlier store (``fdptm store --set`` to another URL) are left to the organisation.
+
 It never touches a failed run that spent (``fdptm release --resume`` needs its outputs), a
 running one, a release's published files, the ledger, the batches or the token caches.
 The catalog rows go in one transaction before the files, so a crash in between leaves
@@ -21,7 +25,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 
-from fdptm.storage import recovery
+from fdptm.storage import objectstore, recovery
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 
@@ -43,6 +47,7 @@ def collect(
     """Remove what nothing needs (module docstring); what was removed, per run."""
     recovery.recover(workspace, dataset)
     catalog = Catalog(workspace)
+    store = objectstore.of(workspace)
     root = workspace.root / "internal" / "runs"
     plans: list[tuple[str, tuple[str, ...], list[str]]] = []
     with catalog.transaction() as con:
@@ -61,13 +66,17 @@ def collect(
                 continue  # a failed run that spent: --resume needs its outputs
             keep = AUDIT_INPUTS if released and not (audited or audit_inputs) else ()
             prefix = f"run/{run_id}/"
-            names = [
-                n
-                for (n,) in con.execute(
-                    "SELECT name FROM artifacts WHERE name LIKE ?", [prefix + "%"]
+            rows = [
+                (n, path, stored_in)
+                for (n, path, stored_in) in con.execute(
+                    "SELECT name, path, stored_in FROM artifacts WHERE name LIKE ?",
+                    [prefix + "%"],
                 ).fetchall()
                 if n.removeprefix(prefix) not in keep
             ]
+            if store is not None:
+                store.delete(path for _, path, stored_in in rows if stored_in == store.url)
+            names = [n for n, _, _ in rows]
             for name in names:
                 con.execute("DELETE FROM artifacts WHERE name = ?", [name])
             plans.append((run_id, keep, names))

@@ -52,6 +52,7 @@ from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import read_parquet, write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
+from fdptm.storage.objectstore import local, read, sync
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
@@ -183,7 +184,7 @@ def plan_audit(spec: AuditSpec) -> AuditPlan:
         note = f"; random DP: its gamma {gamma:.3g} added to delta, a heuristic comparison"
         return replace(claim, reason=claim.reason + note)
 
-    bounded_path = workspace.root / bounded_row["path"]
+    bounded_path = local(workspace, bounded_row["path"], bounded_row["sha256"])
     gen = NoiseSource.internal(spec.seed, 70).generator
     m2_params = run.m2_params(m2.epsilon, m2.delta, unit)
     claims = {
@@ -268,7 +269,7 @@ def release_utility(
         .to_numpy(zero_copy_only=False)
     )
     row = catalog.artifact(f"run/{spec.run_id}/sanitized_tokens")
-    sanitized = corpus_of(read_parquet(workspace.root / row["path"], row["sha256"]), len(words))
+    sanitized = corpus_of(read(workspace, row), len(words))
     return utility(
         phi,
         words,
@@ -356,6 +357,7 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "internal",
         len(results),
     )
+    sync(workspace, [f"audit/{spec.run_id}/{spec.mode}"])
     catalog.record_audit(report)
     if outcome["verdict"] == "failed":
         raise AuditFailedError(_failure(plan, outcome, out))

@@ -101,6 +101,7 @@ from fdptm.errors import BadInputError
 from fdptm.storage import recovery
 from fdptm.storage.artifacts import verify, write_parquet
 from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.objectstore import local, sync
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import readers
@@ -734,6 +735,7 @@ def _ingest(
         catalog.register_artifact(
             f"batch/{dataset}/{seq}", run_id, "ingest", rel, sha, "internal", len(accepted), con
         )
+    sync(workspace, [f"batch/{dataset}/{seq}"])
     return IngestResult(
         dataset,
         seq,
@@ -754,11 +756,13 @@ def _ingest(
 
 
 def _verified(workspace: Workspace, batches: list[tuple]) -> list[str]:
-    """The paths of ``batches`` (seq, path, sha256, ...), each checked against its hash."""
+    """The paths of ``batches`` (seq, path, sha256, ...), each checked against its hash
+    (fetched from the artifact store first when the workspace has no copy)."""
     paths = []
     for _, rel, sha, *_ in batches:
-        verify(workspace.root / rel, sha)
-        paths.append(str(workspace.root / rel))
+        path = local(workspace, rel, sha)
+        verify(path, sha)
+        paths.append(str(path))
     return paths
 
 

@@ -31,9 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fdptm.errors import BadInputError
 from fdptm.parallel import cluster_address, stream_map, workers
-from fdptm.storage.artifacts import intact, read_parquet, write_parquet
+from fdptm.storage.artifacts import intact, write_parquet
 from fdptm.storage.catalog import Catalog
+from fdptm.storage.objectstore import local, read, sync
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace
 
@@ -301,11 +303,12 @@ def preprocess_batch(
         f"{_TOKENS_VERSION}-{cfg.digest()}"
     )
     cached = catalog.artifact(name)
-    if cached is not None and intact(workspace.root / cached["path"], cached["sha256"]):
+    if cached is not None and _intact_copy(workspace, cached):
         if progress:
             progress(batch["n_rows"])
+        sync(workspace, [name])
         return cached
-    rows = read_parquet(workspace.root / batch["path"], batch["sha256"])
+    rows = read(workspace, batch)
     tokens = preprocess_array(rows.column("text"), cfg, progress)
     table = pa.table(
         {
@@ -325,10 +328,21 @@ def preprocess_batch(
         catalog.register_artifact(
             name, run_id, "preprocess", rel, sha, "internal", table.num_rows, con=con
         )
-        return catalog.artifact(name)
+    sync(workspace, [name])
+    return catalog.artifact(name)
+
+
+def _intact_copy(workspace: Workspace, row: dict) -> bool:
+    """Whether a cached artifact has an intact copy in the workspace, fetched from the
+    artifact store when need be (a copy missing or damaged everywhere is recomputed; an
+    unreachable store is an error)."""
+    try:
+        return intact(local(workspace, row["path"], row["sha256"]), row["sha256"])
+    except BadInputError:
+        return False
 
 
 def read_tokens(workspace: Workspace, artifacts: list[dict]) -> pa.Table:
     """Concatenate token artifacts (checked against their hashes)."""
-    tables = [read_parquet(workspace.root / a["path"], a["sha256"]) for a in artifacts]
+    tables = [read(workspace, a) for a in artifacts]
     return pa.concat_tables(tables) if tables else TOKENS_SCHEMA.empty_table()

@@ -29,9 +29,10 @@ from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
-from fdptm.storage.artifacts import read_parquet, write_json, write_parquet
+from fdptm.storage.artifacts import write_json, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.ledger import Ledger
+from fdptm.storage.objectstore import read
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.run import calibration_of
 from fdptm.tasks.spec import RunSpec
@@ -403,8 +404,8 @@ def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
     if done:
         return workspace.root / done[0]["path"]
     plan = calibration_of(spec).plan
-    vocab_table = read_parquet(workspace.root / vocab["path"], vocab["sha256"])
-    tw_table = read_parquet(workspace.root / topic_word["path"], topic_word["sha256"])
+    vocab_table = read(workspace, vocab)
+    tw_table = read(workspace, topic_word)
     words = vocab_table.column("word").to_pylist()
     phi = np.stack(tw_table.column("probabilities").to_numpy(zero_copy_only=False))
     manifest = build_manifest(spec, words, phi, released_parameters(tw_table))

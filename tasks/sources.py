@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from fdptm.errors import BadInputError
+from fdptm.storage.objectstore import filesystem
 
 
 def is_url(path: str | Path) -> bool:
@@ -55,7 +56,7 @@ def local_input(path: str | Path) -> Iterator[tuple[Path, str]]:
     name = PurePosixPath(urlsplit(url).path).name
     if not name:
         raise BadInputError(f"input {shown(url)} names no file (it ends with '/')")
-    fs, remote = _filesystem(url)
+    fs, remote = filesystem(url, "inputs")
     folder = Path(tempfile.mkdtemp(prefix="fdptm-input-"))
     try:
         local = folder / name
@@ -79,18 +80,3 @@ def local_input(path: str | Path) -> Iterator[tuple[Path, str]]:
             raise BadInputError(str(exc).replace(str(local), shown(url))) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _filesystem(url: str):
-    """fsspec's filesystem for ``url`` and the path inside it; a clear error when the
-    scheme's driver is not installed."""
-    import fsspec
-
-    scheme = urlsplit(url).scheme
-    try:
-        return fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        extra = " (pip install 'fdptm[s3]')" if scheme in ("s3", "s3a") else ""
-        raise BadInputError(
-            f"cannot read {scheme}:// inputs: fsspec has no installed driver for {scheme!r}{extra}"
-        ) from exc

@@ -30,13 +30,13 @@ from fdptm.parallel import on_cluster, stream_map
 from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import (
     file_sha256,
-    read_parquet,
     verify,
     write_parquet,
     write_parquet_batches,
 )
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
+from fdptm.storage.objectstore import local, read, sync
 from fdptm.storage.partitions import buckets_of
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import public_vocabulary as public_vocabulary_source
@@ -65,13 +65,14 @@ def _save(spec: RunSpec, stage: str, name: str, table: pa.Table, visibility: str
     sha = write_parquet(table, workspace.root / rel)
     key = f"run/{spec.run_id}/{name}"
     catalog.register_artifact(key, spec.run_id, stage, rel, sha, visibility, table.num_rows)
+    sync(workspace, [key])
     return catalog.artifact(key)
 
 
 def load(spec: RunSpec, artifact: dict, columns: list[str] | None = None) -> pa.Table:
     """An artifact of the run (only ``columns`` when given), its hash checked."""
     workspace, _ = _env(spec)
-    return read_parquet(workspace.root / artifact["path"], artifact["sha256"], columns)
+    return read(workspace, artifact, columns)
 
 
 def encoded_tokens(spec: RunSpec, artifact: dict) -> EncodedTokens:
@@ -79,7 +80,7 @@ def encoded_tokens(spec: RunSpec, artifact: dict) -> EncodedTokens:
     tokens are read a few hundred thousand documents at a time (``encode_tokens``), the
     doc ids not at all."""
     workspace, _ = _env(spec)
-    path = workspace.root / artifact["path"]
+    path = local(workspace, artifact["path"], artifact["sha256"])
     verify(path, artifact["sha256"])
     file = pq.ParquetFile(path)
     authors = file.read(columns=["author_id"]).column("author_id")
@@ -87,17 +88,24 @@ def encoded_tokens(spec: RunSpec, artifact: dict) -> EncodedTokens:
 
 
 def stored(spec: RunSpec, name: str, *, dp_output: bool = False) -> dict | None:
-    """This run's artifact ``name`` from an earlier attempt, if its file is intact.
+    """This run's artifact ``name`` from an earlier attempt, if its file is intact (fetched
+    from the artifact store when the workspace has no copy, and uploaded there when an
+    earlier upload failed).
 
     A damaged internal artifact is recomputed (None). A damaged DP output is an error: the
     mechanism must never run twice on one charge.
     """
     workspace, catalog = _env(spec)
-    row = catalog.artifact(f"run/{spec.run_id}/{name}")
+    key = f"run/{spec.run_id}/{name}"
+    row = catalog.artifact(key)
     if row is None:
         return None
-    path = workspace.root / row["path"]
+    try:
+        path = local(workspace, row["path"], row["sha256"])
+    except BadInputError:
+        path = workspace.root / row["path"]
     if path.exists() and file_sha256(path) == row["sha256"]:
+        sync(workspace, [key])
         return row
     if dp_output:
         raise FdptmError(
@@ -183,7 +191,7 @@ def preprocess(
     workspace, catalog = _env(spec)
     batches = read_batches(spec)
     for b in batches:  # integrity (not content): a damaged batch stops the run unspent
-        path = workspace.root / b["path"]
+        path = local(workspace, b["path"], b["sha256"])
         if not path.exists() or file_sha256(path) != b["sha256"]:
             raise BadInputError(
                 f"batch {b['seq']} of dataset {spec.dataset!r} ({path}) does not match the "
@@ -310,7 +318,7 @@ def sanitized(
     if done := stored(spec, "sanitized_tokens"):
         return done
     workspace, catalog = _env(spec)
-    path = workspace.root / bounded["path"]
+    path = local(workspace, bounded["path"], bounded["sha256"])
     verify(path, bounded["sha256"])
     batches = pq.ParquetFile(path).iter_batches(batch_size=_ENCODE_BATCH)
     rel = f"internal/runs/{spec.run_id}/sanitized_tokens.parquet"
@@ -321,6 +329,7 @@ def sanitized(
         )
     key = f"run/{spec.run_id}/sanitized_tokens"
     catalog.register_artifact(key, spec.run_id, "sanitize", rel, sha, "internal", rows)
+    sync(workspace, [key])
     return catalog.artifact(key)
 
 

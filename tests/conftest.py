@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -55,6 +60,55 @@ def small(tmp_path):
     path.write_text("\n".join(lines))
     ingest(path, "small", workspace)
     return workspace
+
+
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on (at the time of the call)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server on localhost (moto's server mode, its own process): its
+    endpoint URL. Tests create their own buckets (credentials ``S3_CREDENTIALS``)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(url, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("moto's server did not start")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def s3_filesystem(endpoint: str):
+    """An s3fs filesystem on the test server, for tests to put and inspect objects."""
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}
+    )
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,8 @@ def _used(workspace: Workspace) -> Catalog:
     catalog.ensure_dataset("d", "document")
     Ledger(catalog).set_cap("d", 10.0, 1e-5)
     catalog.execute(
-        "INSERT INTO artifacts SELECT 'a' || i, 'run-' || i, 'stage', 'path/' || i,"
+        "INSERT INTO artifacts (name, run_id, stage, path, sha256, visibility, n_rows,"
+        " created_at) SELECT 'a' || i, 'run-' || i, 'stage', 'path/' || i,"
         " sha256(i::VARCHAR), 'internal', i, ? FROM range(5000) t(i)",
         [now()],
     )

@@ -5,70 +5,35 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import S3_CREDENTIALS, free_port, s3_filesystem
 
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.sources import is_url, shown
 
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 ROWS = [{"doc_id": f"d{i}", "text": f"apples and pears number {i}"} for i in range(30)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def endpoint():
-    """A moto S3 server on localhost, with a bucket holding a JSONL file, a Latin-1 file
-    and a Parquet file."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("moto's server did not start")
-        import s3fs
-
-        fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": url})
-        fs.mkdir("corpus")
-        with fs.open("corpus/in/tweets.jsonl", "wb") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in ROWS).encode())
-        with fs.open("corpus/in/latin1.txt", "wb") as fh:
-            fh.write("caf\xe9 au lait\n".encode("latin-1"))
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def endpoint(s3_server):
+    """The test S3 server, with a bucket holding a JSONL file and a Latin-1 file."""
+    fs = s3_filesystem(s3_server)
+    fs.mkdir("corpus")
+    with fs.open("corpus/in/tweets.jsonl", "wb") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in ROWS).encode())
+    with fs.open("corpus/in/latin1.txt", "wb") as fh:
+        fh.write("caf\xe9 au lait\n".encode("latin-1"))
+    return s3_server
 
 
 def _ingest(args: list[str], tmp_path: Path, endpoint: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
-    env.update(CREDENTIALS, AWS_ENDPOINT_URL=endpoint, TMPDIR=str(tmp_path / "tmp"))
+    env.update(S3_CREDENTIALS, AWS_ENDPOINT_URL=endpoint, TMPDIR=str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "fdptm.cli", "ingest", *args, "--workspace", str(tmp_path / "ws")],
@@ -110,7 +75,7 @@ def test_an_error_in_the_object_names_the_url_not_the_temporary_copy(tmp_path, e
 
 
 def test_a_store_that_refuses_the_credentials_is_an_input_error(tmp_path, endpoint):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     done = _ingest(
         ["s3://corpus/in/tweets.jsonl", "--dataset", "d"], tmp_path, f"http://127.0.0.1:{port}"
     )
