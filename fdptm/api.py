@@ -17,6 +17,7 @@ where the application chooses whether to show them (``fdptm.flows.running``).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from fdptm.errors import BadInputError
 from fdptm.release import Release, load_release
 from fdptm.request import ReleaseRequest
 from fdptm.storage import workspace as storage
+from fdptm.storage.objectstore import StorePendingWarning
 
 
 class Workspace:
@@ -172,6 +174,8 @@ class Dataset:
         check_cluster(dask_address)
         running.prepare_prefect()
         outcome = running.run(release, request, False, dask_address)
+        if outcome["store_pending"]:
+            warnings.warn(outcome["store_pending"], StorePendingWarning, stacklevel=2)
         return load_release(outcome["release_path"])
 
     def backfill(

@@ -523,6 +523,7 @@ def _print_release(outcome: dict) -> None:
     for t in outcome["topics"]:
         words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
         print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")
+    _store_pending(outcome)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -579,6 +580,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     print(result["markdown"])
     print(f"written to {result['path']} (internal: not DP, do not publish)")
+    _store_pending(result)
     return 0
 
 
@@ -613,7 +615,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
             f"epsilon >= {b['epsilon']:.3f}"
         )
     print(f"report: {report['path']}")
+    _store_pending(report)
     return 0
+
+
+def _store_pending(outcome: dict) -> None:
+    """The warning of a command whose uploads the artifact store could not take."""
+    if outcome.get("store_pending"):
+        print(f"fdptm: warning: {outcome['store_pending']}", file=sys.stderr)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ documents, gensim's ``LdaModel`` state) cannot be fed faithfully; coherence agai
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,8 @@ import pyarrow.parquet as pq
 from fdptm.errors import BadInputError
 from fdptm.evaluation import topwords
 from fdptm.storage.artifacts import file_sha256
+from fdptm.storage.objectstore import filesystem
+from fdptm.tasks.sources import is_url, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +43,7 @@ FILES = ("topic_word.parquet", "vocabulary.parquet", "manifest.json")
 class Release:
     """One release: the k x V matrix, its vocabulary and its manifest."""
 
-    path: Path
+    path: Path | str  # a directory, or the URL it was loaded from
     topic_word: np.ndarray
     vocabulary: list[str]
     manifest: dict
@@ -105,8 +108,11 @@ class Release:
 
 
 def load_release(path: str | Path) -> Release:
-    """The release in directory ``path``; BadInputError when a file is missing, does not
-    match the manifest's sha256, or the matrix and vocabulary disagree."""
+    """The release in directory ``path``, or at an fsspec URL (``s3://bucket/prefix/
+    releases/<run_id>``: its copy in a workspace's artifact store); BadInputError when a file
+    is missing, does not match the manifest's sha256, or the matrix and vocabulary disagree."""
+    if is_url(path):
+        return _load_url(str(path))
     root = Path(path)
     missing = [name for name in FILES if not (root / name).is_file()]
     if missing:
@@ -143,3 +149,28 @@ def load_release(path: str | Path) -> Release:
             f"{len(words)} words"
         )
     return Release(root, phi, words, manifest)
+
+
+def _load_url(url: str) -> Release:
+    """``load_release`` of a release directory on an object store: its three files are
+    copied to a private temporary directory, loaded and checked there, and removed."""
+    fs, remote = filesystem(url, "releases")
+    with tempfile.TemporaryDirectory(prefix="fdptm-release-") as folder:
+        for name in FILES:
+            try:
+                fs.get_file(f"{remote.rstrip('/')}/{name}", f"{folder}/{name}")
+            except FileNotFoundError:
+                raise BadInputError(
+                    f"{shown(url)} is not a release directory: {name} missing (a release has "
+                    f"{', '.join(FILES)})"
+                ) from None
+            except Exception as exc:  # the driver's own errors: network, credentials
+                raise BadInputError(
+                    f"could not read {shown(url)}/{name} ({type(exc).__name__}): check the "
+                    "URL and the store's credentials and endpoint"
+                ) from exc
+        try:
+            release = load_release(folder)
+        except BadInputError as exc:
+            raise BadInputError(str(exc).replace(folder, shown(url))) from None
+    return replace(release, path=shown(url))

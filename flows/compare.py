@@ -127,7 +127,7 @@ def compare_flow(
             "internal",
             len(rows),
         )
-        objectstore.sync(root, [f"run/{spec.run_id}/comparison"])
+        pending = objectstore.settle(root)
     except BaseException as exc:
         catalog.finish_run(spec.run_id, "failed", f"{type(exc).__name__}: {exc}")
         recovery.release_claim(root, spec.run_id)
@@ -138,5 +138,6 @@ def compare_flow(
         "run_id": spec.run_id,
         "markdown": table,
         "path": str(out / "comparison.md"),
+        "store_pending": pending,
         "rows": json.loads(json.dumps([asdict(r) for r in rows])),
     }

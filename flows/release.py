@@ -25,7 +25,6 @@ from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
 from fdptm.faults import checkpoint
 from fdptm.flows import running
 from fdptm.parallel import check_cluster
-from fdptm.release import FILES
 from fdptm.request import ReleaseRequest
 from fdptm.storage import objectstore
 from fdptm.storage.workspace import Workspace
@@ -113,6 +112,7 @@ class ReleaseOutcome:
     statement: str
     topics: list[dict]
     internal: dict[str, int]
+    store_pending: str | None = None  # uploads the artifact store could not take
 
 
 def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = None) -> dict:
@@ -153,9 +153,7 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
         raise
     lifecycle.finish(spec)
     log.info("run %s: published", spec.run_id)
-    objectstore.sync(
-        Workspace.resolve(spec.workspace), [f"release/{spec.run_id}/{name}" for name in FILES]
-    )
+    pending = objectstore.settle(Workspace.resolve(spec.workspace))
     manifest = json.loads((Path(path) / "manifest.json").read_text())
     g = manifest["guarantee"]
     outcome = ReleaseOutcome(
@@ -168,6 +166,7 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
         g["statement"],
         manifest["topics"],
         stages.operator_counts(spec),
+        pending,
     )
     try:
         create_markdown_artifact(

@@ -602,7 +602,7 @@ class Catalog:
             raise ValueError(f"visibility must be 'internal' or 'public', got {visibility!r}")
         sql = (
             "INSERT OR REPLACE INTO artifacts (name, run_id, stage, path, sha256, visibility,"
-            " n_rows, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " n_rows, created_at, stored_in) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)"
         )
         params = [name, run_id, stage, path, sha256, visibility, n_rows, now()]
         if con is not None:

@@ -10,11 +10,12 @@ private to the organisation, as the workspace directory is.
 **Writes are local first.** An artifact is written atomically to the workspace
 (``storage.artifacts``), registered in the catalog, then uploaded to ``<store>/<its path>``
 (an S3 PUT is atomic: a reader sees the old object or the new one). The catalog records
-which store holds each artifact (``artifacts.stored_in``), so a registered artifact whose
-upload failed is *pending*, not lost: a DP output stays registered and a resumed run uses
-it instead of running the mechanism again on one charge (``tasks.stages.stored`` retries
-its upload), and ``fdptm store --sync`` uploads what is pending. A failed upload is an
-error (``StoreUnavailableError``) after the local work is durable.
+which store holds each artifact (``artifacts.stored_in``; a new registration resets it), so
+a registered artifact whose upload failed is *pending*, not lost. Uploads inside a run are
+best effort (``try_sync``): a store that is down never stops a stage between a DP
+mechanism and the registration of its output, so no mechanism runs twice on one charge.
+At a command's end ``settle`` uploads everything pending and says so when the store cannot
+take it (a warning); ``fdptm store --sync`` uploads it later.
 
 **Reads go through ``local``.** A registered file missing from the workspace (removed by
 ``fdptm store --evict`` to free the disk, or lost with it) is fetched from the store into a
@@ -24,6 +25,7 @@ copy that does not match is refused, never used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterable
@@ -35,7 +37,13 @@ import pyarrow as pa
 
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.storage.artifacts import file_sha256, intact, read_parquet
-from fdptm.storage.workspace import FILE_MODE, Workspace, private_mkdir, storage_errors
+from fdptm.storage.workspace import (
+    FILE_MODE,
+    Workspace,
+    private_mkdir,
+    storage_error,
+    storage_errors,
+)
 
 SETTING = "artifact_store"
 _CONFIG_HELP = (
@@ -45,7 +53,16 @@ _CONFIG_HELP = (
 
 
 class StoreUnavailableError(FdptmError):
-    """An upload to (or a delete on) the artifact store failed; local work is intact."""
+    """An upload to (or a fetch from, or a delete on) the artifact store failed; local work
+    is intact."""
+
+
+class StoreCopyError(BadInputError):
+    """The store has no copy of an artifact, or one that does not match its hash."""
+
+
+class StorePendingWarning(UserWarning):
+    """Artifacts are registered and intact in the workspace but not in the store yet."""
 
 
 def filesystem(url: str, what: str):
@@ -67,16 +84,17 @@ def check_url(url: str) -> str:
     """``url`` as a store URL (no trailing '/'); refused when it is not a URL or carries a
     credential (user information or a query), which the catalog would then hold."""
     parts = urlsplit(url)
-    if "://" not in url or not parts.scheme or not (parts.netloc or parts.path.strip("/")):
-        raise BadInputError(
-            f"artifact store {url!r} is not a URL: name a bucket and prefix, such as "
-            "s3://bucket/fdptm (file:///path works for a mounted file system)"
-        )
-    if "@" in parts.netloc or parts.query or parts.fragment:
+    if "@" in url or parts.query or parts.fragment:
         raise BadInputError(
             "the artifact store URL carries user information or a query: give credentials "
             "through the driver's configuration (for S3: AWS_ACCESS_KEY_ID, "
             "AWS_SECRET_ACCESS_KEY, AWS_PROFILE), never in the URL the catalog records"
+        )
+    if "://" not in url or not parts.scheme or not parts.netloc or parts.scheme == "file":
+        raise BadInputError(
+            "the artifact store is not an object store URL: name a bucket and prefix, such "
+            "as s3://bucket/fdptm (a local or mounted directory is not supported: fdptm "
+            "could not keep its copies private and atomic there)"
         )
     filesystem(url, "artifact stores")
     return url.rstrip("/")
@@ -118,17 +136,21 @@ class ArtifactStore:
                     fs, remote = self._remote(rel)
                     fs.get_file(remote, str(tmp))
                 except FileNotFoundError:
-                    raise BadInputError(
+                    raise StoreCopyError(
                         f"artifact {rel} is missing from the workspace and from the artifact "
                         f"store {self.url}; restore it from a backup"
                     ) from None
                 except Exception as exc:
+                    if isinstance(exc, OSError) and storage_error(exc, path) is not None:
+                        raise  # a full disk or a read-only workspace: storage_errors says so
                     raise StoreUnavailableError(
                         f"could not fetch {rel} from the artifact store {self.url} "
                         f"({type(exc).__name__}): {_CONFIG_HELP}"
                     ) from exc
+                with open(tmp, "rb") as fh:
+                    os.fsync(fh.fileno())
                 if file_sha256(tmp) != sha256:
-                    raise BadInputError(
+                    raise StoreCopyError(
                         f"the artifact store's copy of {rel} does not match the hash recorded "
                         "in the catalog: it was changed after the upload; restore the object "
                         "from a backup of the store"
@@ -199,6 +221,23 @@ def local(workspace: Workspace, rel: str, sha256: str) -> Path:
     return path
 
 
+def intact_copy(workspace: Workspace, row: dict) -> bool:
+    """Whether the registered artifact ``row`` has an intact copy in the workspace, fetched
+    from the store when the local one is missing or damaged (False when no good copy exists
+    anywhere; an unreachable store is an error, not a missing copy)."""
+    path = workspace.root / row["path"]
+    if intact(path, row["sha256"]):
+        return True
+    store = of(workspace)
+    if store is None:
+        return False
+    try:
+        store.fetch(row["path"], path, row["sha256"])
+    except StoreCopyError:
+        return False
+    return True
+
+
 def read(workspace: Workspace, row: dict, columns: list[str] | None = None) -> pa.Table:
     """The table of a registered artifact (``row``: a catalog row, with its ``path`` and
     ``sha256``; only ``columns`` when given), fetched first when need be, hash checked."""
@@ -223,7 +262,7 @@ def sync(workspace: Workspace, names: Iterable[str] | None = None) -> int:
     for row in rows:
         path = workspace.root / row["path"]
         if not intact(path, row["sha256"]):
-            raise StoreUnavailableError(
+            raise BadInputError(
                 f"cannot upload {row['path']} to the artifact store {store.url}: the "
                 "workspace's copy is missing or does not match the catalog's hash; restore it "
                 "from a backup"
@@ -234,6 +273,24 @@ def sync(workspace: Workspace, names: Iterable[str] | None = None) -> int:
             [store.url, row["name"], row["sha256"]],
         )
     return len(rows)
+
+
+def try_sync(workspace: Workspace, names: Iterable[str] | None = None) -> None:
+    """``sync``, best effort: what the store cannot take now stays pending (inside a run,
+    between a mechanism and its next stage, a store that is down must not stop the run)."""
+    with contextlib.suppress(StoreUnavailableError):
+        sync(workspace, names)
+
+
+def settle(workspace: Workspace) -> str | None:
+    """At a command's end: upload everything pending; when the store cannot take it, the
+    warning for the user (the artifacts are registered and intact in the workspace), else
+    None. Commands print it; the Python API raises it as a ``StorePendingWarning``."""
+    try:
+        sync(workspace)
+    except (StoreUnavailableError, BadInputError) as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ nothing removed them. ``collect`` removes, after closing dead runs (``storage.re
   tokens); those too once the release has been audited, or with ``audit_inputs=True``
   (the release then cannot be audited: ``fdptm audit`` says so).
 
-With an artifact store (``storage.objectstore``), the store's copies go too, before the
-catalog rows: a store that cannot be reached leaves the catalog as it was. Copies in an
+With an artifact store (``storage.objectstore``), the store's copies go too, in one delete
+before the catalog rows: a store that cannot be reached leaves the catalog as it was (a
+delete that fails part-way leaves rows of artifacts the next call collects). Copies in an
 earlier store (``fdptm store --set`` to another URL) are left to the organisation.
 
 It never touches a failed run that spent (``fdptm release --resume`` needs its outputs), a
@@ -50,6 +51,7 @@ def collect(
     store = objectstore.of(workspace)
     root = workspace.root / "internal" / "runs"
     plans: list[tuple[str, tuple[str, ...], list[str]]] = []
+    paths: list[str] = []
     with catalog.transaction() as con:
         runs = con.execute(
             "SELECT r.run_id, r.kind,"
@@ -67,19 +69,19 @@ def collect(
             keep = AUDIT_INPUTS if released and not (audited or audit_inputs) else ()
             prefix = f"run/{run_id}/"
             rows = [
-                (n, path, stored_in)
-                for (n, path, stored_in) in con.execute(
-                    "SELECT name, path, stored_in FROM artifacts WHERE name LIKE ?",
-                    [prefix + "%"],
+                (n, path)
+                for (n, path) in con.execute(
+                    "SELECT name, path FROM artifacts WHERE name LIKE ?", [prefix + "%"]
                 ).fetchall()
                 if n.removeprefix(prefix) not in keep
             ]
-            if store is not None:
-                store.delete(path for _, path, stored_in in rows if stored_in == store.url)
-            names = [n for n, _, _ in rows]
+            plans.append((run_id, keep, [n for n, _ in rows]))
+            paths += [path for _, path in rows]
+        if store is not None:  # by path, uploaded or pending (an upload may have landed)
+            store.delete(paths)
+        for _, _, names in plans:
             for name in names:
                 con.execute("DELETE FROM artifacts WHERE name = ?", [name])
-            plans.append((run_id, keep, names))
     out = []
     for run_id, keep, names in plans:
         folder = root / run_id

@@ -52,7 +52,7 @@ from fdptm.privacy.noise import NoiseSource
 from fdptm.storage.artifacts import read_parquet, write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
-from fdptm.storage.objectstore import local, read, sync
+from fdptm.storage.objectstore import local, read, settle
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks.public_vocabulary import PublicVocabulary, public_tokens
 from fdptm.tasks.sanitize import corpus_of
@@ -357,9 +357,10 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
         "internal",
         len(results),
     )
-    sync(workspace, [f"audit/{spec.run_id}/{spec.mode}"])
     catalog.record_audit(report)
+    pending = settle(workspace)
     if outcome["verdict"] == "failed":
         raise AuditFailedError(_failure(plan, outcome, out))
     report["path"] = str(out / "report.html")
+    report["store_pending"] = pending
     return report

@@ -101,7 +101,7 @@ from fdptm.errors import BadInputError
 from fdptm.storage import recovery
 from fdptm.storage.artifacts import verify, write_parquet
 from fdptm.storage.catalog import Catalog, now
-from fdptm.storage.objectstore import local, sync
+from fdptm.storage.objectstore import local, settle
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import readers
@@ -735,7 +735,7 @@ def _ingest(
         catalog.register_artifact(
             f"batch/{dataset}/{seq}", run_id, "ingest", rel, sha, "internal", len(accepted), con
         )
-    sync(workspace, [f"batch/{dataset}/{seq}"])
+    pending = settle(workspace)
     return IngestResult(
         dataset,
         seq,
@@ -749,7 +749,7 @@ def _ingest(
             {"row": i + 1, "doc_id": typed["doc_id"][i], "reason": "; ".join(reasons_per_row[i])}
             for i in rejected[:_SHOWN_ROWS]
         ],
-        _ignored_warnings(rows),
+        [*_ignored_warnings(rows), *([pending] if pending else [])],
         _stats(declared, paths, [typed["author_id"][i] for i in accepted]),
         derived,
     )

@@ -31,11 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fdptm.errors import BadInputError
 from fdptm.parallel import cluster_address, stream_map, workers
-from fdptm.storage.artifacts import intact, write_parquet
+from fdptm.storage.artifacts import write_parquet
 from fdptm.storage.catalog import Catalog
-from fdptm.storage.objectstore import local, read, sync
+from fdptm.storage.objectstore import intact_copy, read, try_sync
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace
 
@@ -303,10 +302,10 @@ def preprocess_batch(
         f"{_TOKENS_VERSION}-{cfg.digest()}"
     )
     cached = catalog.artifact(name)
-    if cached is not None and _intact_copy(workspace, cached):
+    if cached is not None and intact_copy(workspace, cached):
         if progress:
             progress(batch["n_rows"])
-        sync(workspace, [name])
+        try_sync(workspace, [name])
         return cached
     rows = read(workspace, batch)
     tokens = preprocess_array(rows.column("text"), cfg, progress)
@@ -328,18 +327,8 @@ def preprocess_batch(
         catalog.register_artifact(
             name, run_id, "preprocess", rel, sha, "internal", table.num_rows, con=con
         )
-    sync(workspace, [name])
+    try_sync(workspace, [name])
     return catalog.artifact(name)
-
-
-def _intact_copy(workspace: Workspace, row: dict) -> bool:
-    """Whether a cached artifact has an intact copy in the workspace, fetched from the
-    artifact store when need be (a copy missing or damaged everywhere is recomputed; an
-    unreachable store is an error)."""
-    try:
-        return intact(local(workspace, row["path"], row["sha256"]), row["sha256"])
-    except BadInputError:
-        return False
 
 
 def read_tokens(workspace: Workspace, artifacts: list[dict]) -> pa.Table:

@@ -36,7 +36,7 @@ from fdptm.storage.artifacts import (
 )
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
-from fdptm.storage.objectstore import local, read, sync
+from fdptm.storage.objectstore import intact_copy, local, read, try_sync
 from fdptm.storage.partitions import buckets_of
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import public_vocabulary as public_vocabulary_source
@@ -65,7 +65,7 @@ def _save(spec: RunSpec, stage: str, name: str, table: pa.Table, visibility: str
     sha = write_parquet(table, workspace.root / rel)
     key = f"run/{spec.run_id}/{name}"
     catalog.register_artifact(key, spec.run_id, stage, rel, sha, visibility, table.num_rows)
-    sync(workspace, [key])
+    try_sync(workspace, [key])
     return catalog.artifact(key)
 
 
@@ -100,13 +100,10 @@ def stored(spec: RunSpec, name: str, *, dp_output: bool = False) -> dict | None:
     row = catalog.artifact(key)
     if row is None:
         return None
-    try:
-        path = local(workspace, row["path"], row["sha256"])
-    except BadInputError:
-        path = workspace.root / row["path"]
-    if path.exists() and file_sha256(path) == row["sha256"]:
-        sync(workspace, [key])
+    if intact_copy(workspace, row):
+        try_sync(workspace, [key])
         return row
+    path = workspace.root / row["path"]
     if dp_output:
         raise FdptmError(
             f"{path} (the DP output of run {spec.run_id}) is missing or damaged; its budget "
@@ -329,7 +326,7 @@ def sanitized(
         )
     key = f"run/{spec.run_id}/sanitized_tokens"
     catalog.register_artifact(key, spec.run_id, "sanitize", rel, sha, "internal", rows)
-    sync(workspace, [key])
+    try_sync(workspace, [key])
     return catalog.artifact(key)
 
 

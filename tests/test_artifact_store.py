@@ -6,6 +6,7 @@ real ``fdptm`` processes sharing the session's Prefect API.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ import sys
 import pytest
 from conftest import S3_CREDENTIALS, free_port, s3_filesystem
 
+import fdptm as fdptm_api
+from fdptm.errors import BadInputError
 from fdptm.storage import objectstore
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
@@ -68,7 +71,9 @@ def stored_copy(endpoint: str, bucket: str, rel: str) -> bytes:
     return s3_filesystem(endpoint).cat_file(f"{bucket.removeprefix('s3://')}/{rel}")
 
 
-def test_a_release_is_mirrored_and_a_second_one_runs_from_the_store_alone(small, s3_server, bucket):
+def test_a_release_is_mirrored_and_a_second_one_runs_from_the_store_alone(
+    small, s3_server, bucket, monkeypatch
+):
     done = fdptm(small, s3_server, "store", "--set", bucket)
     assert done.returncode == 0, done.stderr
     assert "1 artifact(s) uploaded" in done.stdout  # the batch ingested before the store
@@ -80,6 +85,23 @@ def test_a_release_is_mirrored_and_a_second_one_runs_from_the_store_alone(small,
         assert row["stored_in"] == bucket, row["name"]
         copy = stored_copy(s3_server, bucket, row["path"])
         assert hashlib.sha256(copy).hexdigest() == row["sha256"], row["name"]
+
+    for name, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}.items():
+        monkeypatch.setenv(name, value)
+    (run_id,) = run_ids(small)
+    url = f"{bucket}/releases/{run_id}"
+    remote = fdptm_api.load_release(url)  # a consumer reads the release from the store
+    here = fdptm_api.load_release(small.release_dir(run_id))
+    assert remote.path == url and remote.manifest == here.manifest
+    assert (remote.topic_word == here.topic_word).all() and remote.vocabulary == here.vocabulary
+    fs = s3_filesystem(s3_server)
+    copy = f"{bucket.removeprefix('s3://')}/copy"
+    for name in ("manifest.json", "topic_word.parquet"):
+        fs.pipe_file(f"{copy}/{name}", fs.cat_file(f"{url.removeprefix('s3://')}/{name}"))
+    fs.pipe_file(f"{copy}/vocabulary.parquet", b"edited")
+    with pytest.raises(BadInputError, match="does not match the sha256") as refused:
+        fdptm_api.load_release(f"s3://{copy}")
+    assert f"s3://{copy}/vocabulary.parquet" in str(refused.value)
 
     shutil.rmtree(small.root / "datasets")  # the disk that held the private data is gone
     shutil.rmtree(small.root / "internal")
@@ -105,9 +127,9 @@ def test_evict_frees_the_disk_and_every_reader_fetches_back(small, s3_server, bu
     (run_id,) = run_ids(small)
     assert (small.release_dir(run_id) / "manifest.json").is_file()  # releases stay
 
-    counts = fdptm(small, s3_server, "partitions", "--dataset", "small", "--counts")
+    counts = fdptm(small, s3_server, "partitions", "--dataset", "small", "--counts", "--json")
     assert counts.returncode == 0, counts.stderr
-    assert "80" in counts.stdout  # the batch, fetched from the store
+    assert [r["documents"] for r in json.loads(counts.stdout)] == [80]  # fetched back
     again = fdptm(small, s3_server, *RELEASE)
     assert again.returncode == 0, again.stderr
 
@@ -122,32 +144,40 @@ def test_a_store_copy_that_does_not_match_is_refused_before_anything_is_spent(
     s3_filesystem(s3_server).pipe_file(key, b"not the batch")
     done = fdptm(small, s3_server, *RELEASE)
     assert done.returncode == 2
+    assert "the artifact store's copy of" in done.stderr
     assert "does not match the hash recorded in the catalog" in done.stderr
-    assert "Traceback" not in done.stderr
+    # the child inherits PREFECT_LOGGING_LEVEL=WARNING (conftest): Prefect's engine logs the
+    # failed task, without a traceback for fdptm's own errors (flows.running._ClearErrors)
+    assert "Task run" in done.stderr and "Traceback" not in done.stderr
     (run_id,) = run_ids(small)
     assert spent(small, run_id) == []
     assert not (small.root / batch["path"]).exists()  # the bad copy was not kept
 
 
-def test_an_unreachable_store_fails_the_run_resumably_and_spends_once(small, s3_server, bucket):
+def test_an_unreachable_store_leaves_uploads_pending_and_the_release_goes_on(
+    small, s3_server, bucket
+):
+    """Uploads inside a run are best effort: a store that goes down never stops a stage
+    between a mechanism and its output's registration (no double charge); the command
+    warns and `fdptm store --sync` uploads later."""
     assert fdptm(small, s3_server, "store", "--set", bucket).returncode == 0
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    failed = fdptm(small, down, *RELEASE)
-    assert failed.returncode == 1
-    assert "could not upload" in failed.stderr and "fdptm store --sync" in failed.stderr
-    assert "Traceback" not in failed.stderr
+    done = fdptm(small, down, *RELEASE)
+    assert done.returncode == 0, done.stderr
+    assert "fdptm: warning: could not upload" in done.stderr
+    assert "fdptm store --sync" in done.stderr
     (run_id,) = run_ids(small)
     pending = [r for r in artifacts(small) if r["stored_in"] is None]
-    assert pending  # registered in the workspace, waiting for the store
+    assert {r["stage"] for r in pending} >= {"preprocess", "vocabulary", "train", "release"}
     assert all((small.root / r["path"]).is_file() for r in pending)
-    before = spent(small, run_id)
+    entries = Catalog(small).query("SELECT stage, state FROM ledger WHERE run_id = ?", [run_id])
+    assert not any("lost" in e["stage"] for e in entries)  # nothing ran twice
 
-    resumed = fdptm(small, s3_server, "release", "--resume", run_id, "--no-progress")
-    assert resumed.returncode == 0, resumed.stderr
+    synced = fdptm(small, s3_server, "store", "--sync")
+    assert synced.returncode == 0, synced.stderr
+    assert f"{len(pending)} artifact(s) uploaded" in synced.stdout
     assert all(r["stored_in"] == bucket for r in artifacts(small))
-    after = spent(small, run_id)
-    assert len(after) == len({r["stage"] for r in after})  # no stage spent twice
-    assert {r["stage"] for r in before} <= {r["stage"] for r in after}
+    assert fdptm(small, down, "store", "--sync").returncode == 0  # nothing left to upload
 
 
 def test_an_evicted_batch_behind_an_unreachable_store_spends_nothing(small, s3_server, bucket):
@@ -167,6 +197,10 @@ def test_a_store_that_cannot_be_used_is_refused_and_nothing_changes(small, s3_se
     secret = fdptm(small, s3_server, "store", "--set", "s3://key:secret@bucket/ws")
     assert secret.returncode == 2
     assert "secret" not in secret.stderr
+    bare = fdptm(small, s3_server, "store", "--set", "key:secret@bucket/ws")
+    assert bare.returncode == 2 and "secret" not in bare.stderr
+    folder = fdptm(small, s3_server, "store", "--set", f"file://{small.root.parent}/copy")
+    assert folder.returncode == 2 and "not supported" in folder.stderr
     assert Catalog(small).query("SELECT * FROM settings") == []
     evict = fdptm(small, s3_server, "store", "--evict")
     assert evict.returncode == 2 and "no artifact store" in evict.stderr
@@ -199,14 +233,19 @@ def test_unset_brings_every_artifact_back_first(small, s3_server, bucket):
 
 
 def test_the_python_api_sets_shows_evicts_and_unsets(small, s3_server, bucket, monkeypatch):
-    import fdptm
-
     for name, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}.items():
         monkeypatch.setenv(name, value)
-    ws = fdptm.Workspace(small.root)
+    ws = fdptm_api.Workspace(small.root)
     assert ws.store().store is None
     assert ws.set_store(bucket) == 1  # the batch
     assert ws.store() == objectstore.Status(bucket, 1, 1, 1)
+    catalog = Catalog(small)
+    (row,) = artifacts(small)
+    args = [row["name"], row["run_id"], row["stage"], row["path"], "0" * 64, "internal"]
+    catalog.register_artifact(*args)  # a new version under the same name: not uploaded
+    assert artifacts(small)[0]["stored_in"] is None
+    catalog.register_artifact(*args[:4], row["sha256"], "internal", row["n_rows"])
+    assert ws.sync_store() == 1
     assert ws.evict()[0] == 1
     assert ws.store() == objectstore.Status(bucket, 1, 1, 0)
     assert ws.sync_store() == 0
