@@ -33,8 +33,12 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> str:
-    """Run ``write`` on a private temporary file, fsync it and rename it to ``path``.
+def atomic_write(
+    path: Path, write: Callable[[Path], None], check: Callable[[str], None] | None = None
+) -> str:
+    """Run ``write`` on a private temporary file, fsync it and rename it to ``path``;
+    ``check``, given the sha256 of what was written, may refuse it (by raising) before the
+    rename.
 
     Returns the sha256 of what was written. ENOSPC and permission errors become the
     workspace errors of ``storage_errors``, raised after the temporary file is removed.
@@ -53,6 +57,8 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> str:
             finally:
                 os.close(fd)
             sha = file_sha256(tmp)
+            if check is not None:
+                check(sha)
             os.replace(tmp, path)
             created = False
     finally:
@@ -63,7 +69,7 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> str:
 
 def write_parquet(table: pa.Table, path: Path) -> str:
     """Write ``table`` to ``path`` atomically (temp file + rename); return its sha256."""
-    return _atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def write_parquet_batches(
@@ -81,7 +87,7 @@ def write_parquet_batches(
                 writer.write_table(table)
                 rows += table.num_rows
 
-    return _atomic(path, write), rows
+    return atomic_write(path, write), rows
 
 
 def write_json(obj: dict, path: Path) -> str:
@@ -90,7 +96,7 @@ def write_json(obj: dict, path: Path) -> str:
     def write(tmp: Path) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
-    return _atomic(path, write)
+    return atomic_write(path, write)
 
 
 def intact(path: Path, expected_sha256: str) -> bool:

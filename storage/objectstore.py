@@ -26,7 +26,6 @@ copy that does not match is refused, never used.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,14 +35,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from fdptm.errors import BadInputError, FdptmError
-from fdptm.storage.artifacts import file_sha256, intact, read_parquet
-from fdptm.storage.workspace import (
-    FILE_MODE,
-    Workspace,
-    private_mkdir,
-    storage_error,
-    storage_errors,
-)
+from fdptm.storage.artifacts import atomic_write, intact, read_parquet
+from fdptm.storage.workspace import Workspace, storage_error
 
 SETTING = "artifact_store"
 _CONFIG_HELP = (
@@ -125,41 +118,33 @@ class ArtifactStore:
 
     def fetch(self, rel: str, path: Path, sha256: str) -> None:
         """Copy ``rel`` to ``path`` (0600, atomically) after checking it hashes to ``sha256``."""
-        tmp = path.with_name(f".{path.name}.fetch-{os.getpid()}-{secrets.token_hex(4)}")
-        created = False
-        try:
-            with storage_errors(path):
-                private_mkdir(path.parent)
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-                created = True
-                try:
-                    fs, remote = self._remote(rel)
-                    fs.get_file(remote, str(tmp))
-                except FileNotFoundError:
-                    raise StoreCopyError(
-                        f"artifact {rel} is missing from the workspace and from the artifact "
-                        f"store {self.url}; restore it from a backup"
-                    ) from None
-                except Exception as exc:
-                    if isinstance(exc, OSError) and storage_error(exc, path) is not None:
-                        raise  # a full disk or a read-only workspace: storage_errors says so
-                    raise StoreUnavailableError(
-                        f"could not fetch {rel} from the artifact store {self.url} "
-                        f"({type(exc).__name__}): {_CONFIG_HELP}"
-                    ) from exc
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                if file_sha256(tmp) != sha256:
-                    raise StoreCopyError(
-                        f"the artifact store's copy of {rel} does not match the hash recorded "
-                        "in the catalog: it was changed after the upload; restore the object "
-                        "from a backup of the store"
-                    )
-                os.replace(tmp, path)
-                created = False
-        finally:
-            if created:
-                tmp.unlink(missing_ok=True)
+
+        def download(tmp: Path) -> None:
+            try:
+                fs, remote = self._remote(rel)
+                fs.get_file(remote, str(tmp))
+            except FileNotFoundError:
+                raise StoreCopyError(
+                    f"artifact {rel} is missing from the workspace and from the artifact "
+                    f"store {self.url}; restore it from a backup"
+                ) from None
+            except Exception as exc:
+                if isinstance(exc, OSError) and storage_error(exc, path) is not None:
+                    raise  # a full disk or a read-only workspace: atomic_write says so
+                raise StoreUnavailableError(
+                    f"could not fetch {rel} from the artifact store {self.url} "
+                    f"({type(exc).__name__}): {_CONFIG_HELP}"
+                ) from exc
+
+        def check(sha: str) -> None:
+            if sha != sha256:
+                raise StoreCopyError(
+                    f"the artifact store's copy of {rel} does not match the hash recorded "
+                    "in the catalog: it was changed after the upload; restore the object "
+                    "from a backup of the store"
+                )
+
+        atomic_write(path, download, check)
 
     def delete(self, rels: Iterable[str]) -> None:
         """Remove the objects ``rels`` (an absent one is not an error)."""
