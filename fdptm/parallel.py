@@ -16,6 +16,8 @@ this process one at a time.
 
 from __future__ import annotations
 
+import copy
+import operator
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -187,6 +189,11 @@ def stream_map(fn: Callable[..., Any], items: Iterable[Any], *shared: Any) -> It
             yield result()
 
 
+def _on_copy(fn: Callable[..., Any], chunk: Any, state: Any, *args: Any) -> Any:
+    """``fn(chunk, copy of state, *args)``: what a Dask worker runs for ``map_stateful``."""
+    return fn(chunk, None if state is None else copy.deepcopy(state), *args)
+
+
 def _broadcast(client: Any, shared: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
     """``shared`` with each array (numpy or Arrow) replaced by a future of it that every
     worker holds (sent once per call, not once per task; scalars stay inline), and those
@@ -208,12 +215,16 @@ class Placed:
     ``map`` sends only the shared arguments (broadcast once per call) and the function; the
     workers return their results, gathered in chunk order. Either way ``map(fn, *shared)``
     returns ``[fn(chunk, *shared) for chunk in chunks]``.
+
+    ``map_stateful`` also keeps one state per chunk where the chunk lives, from one call to
+    the next (``dp-vi``'s per-document gammas): only the results travel.
     """
 
     def __init__(self, chunks: list[Any]) -> None:
         self.n = len(chunks)
         address = cluster_address()
         self._client = None
+        self._states: list[Any] = [None] * self.n
         if address is None:
             self._chunks = chunks
             return
@@ -242,9 +253,42 @@ class Placed:
         self._client.cancel(futures + sent)
         return results
 
+    def map_stateful(self, fn: Callable[..., tuple[Any, Any]], *shared: Any) -> list[Any]:
+        """``[fn(chunk, state, *shared)[0] for chunk in chunks]``, keeping each chunk's new
+        state ``fn(...)[1]`` for its next call (None before the first).
+
+        Here ``fn`` may update its state in place. On a cluster it gets a copy
+        (``_on_copy``: a value Dask holds is never mutated, since Dask may hold copies of
+        it on several workers) and the new state stays on the worker as a future; the
+        results alone are gathered, in chunk order."""
+        if self._client is None:
+            results: list[Any] = [None] * self.n
+
+            def work(c: int) -> None:
+                results[c], self._states[c] = fn(self._chunks[c], self._states[c], *shared)
+
+            each_chunk(work, self.n)
+            return results
+        args, sent = _broadcast(self._client, shared)
+        client = self._client
+        pairs = [
+            client.submit(_on_copy, fn, chunk, state, *args, pure=False)
+            for chunk, state in zip(self._chunks, self._states, strict=True)
+        ]
+        outs = [client.submit(operator.getitem, p, 0, pure=False) for p in pairs]
+        states = [client.submit(operator.getitem, p, 1, pure=False) for p in pairs]
+        results = client.gather(outs)
+        # released, not cancelled: a cancel would also cancel the new states that depend on
+        # them, while a released key stays on its worker until its dependents are computed
+        for future in outs + sent + pairs + [s for s in self._states if s is not None]:
+            future.release()
+        self._states = states
+        return results
+
     def close(self) -> None:
-        """Release the chunks (and the connection) on the cluster."""
+        """Release the chunks, their states (and the connection) on the cluster."""
         if self._client is not None:
+            self._client.cancel([s for s in self._states if s is not None])
             self._client.cancel(self._chunks)
             self._client.close()
             self._client = None

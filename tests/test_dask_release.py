@@ -65,6 +65,42 @@ def test_placed_chunks_map_on_the_cluster_in_chunk_order(cluster):
     assert second == [2 * v for v in first]
 
 
+def _count_calls(chunk: np.ndarray, state: int | None, step: float) -> tuple[float, int]:
+    calls = 1 if state is None else state + 1
+    return float(chunk.sum()) * step + calls, calls
+
+
+def test_placed_states_stay_with_their_chunks_between_maps(cluster):
+    """map_stateful gives each chunk its own state from its previous call, on the cluster
+    as here; only the results come back."""
+    chunks = [np.arange(3) + 10 * c for c in range(4)]
+    results = {}
+    for arm, address in (("local", None), ("dask", cluster)):
+        with on_cluster(address), Placed(chunks) as placed:
+            results[arm] = [placed.map_stateful(_count_calls, step) for step in (1.0, 0.0, 2.0)]
+    assert results["local"] == results["dask"]
+    assert results["dask"][1] == [2.0] * 4 and results["dask"][2] == [9.0, 69.0, 129.0, 189.0]
+
+
+def test_warm_statistics_on_the_cluster_equal_the_local_ones(cluster):
+    syn = generate_lda(500, 80, 4, doc_length=10, docs_per_author=2, seed=6)
+    data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)
+    betas = [
+        dp_vi.exp_elog_beta(np.random.default_rng(s).gamma(1.0, 1.0, (80, 4)) + 0.01)
+        for s in (8, 9, 10)
+    ]
+    included = np.ones(data.n_units, dtype=bool)
+    sums = {}
+    for arm, address in (("local", None), ("dask", cluster)):
+        with on_cluster(address), dp_vi.placed_shards(data, (80, 4)) as placed:
+            sums[arm] = [
+                dp_vi.clipped_statistics(data, b, _params(), included, placed, warm=True)[0]
+                for b in betas
+            ]
+    for a, b in zip(sums["local"], sums["dask"], strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_the_statistic_on_the_cluster_equals_the_local_one(cluster):
     syn = generate_lda(600, 80, 4, doc_length=10, docs_per_author=2, seed=4)
     data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)

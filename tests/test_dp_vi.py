@@ -75,12 +75,63 @@ def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates():
     words = np.sort(rng.choice(50, 12, replace=False)).astype(np.int64)
     counts = rng.integers(1, 4, 12).astype(np.float64)
     gamma, eth = np.empty(5), np.empty(5)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth, False)
     phi = eth[None, :] * beta[words]
     phi /= phi.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(gamma, 0.1 + counts @ phi, rtol=1e-8)
     elog = special.digamma(gamma) - special.digamma(gamma.sum())
     np.testing.assert_allclose(eth, np.exp(elog), rtol=1e-10)
+
+
+def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one():
+    """A warm start (the document's previous gamma) converges to the same fixed point as a
+    cold one, and from that fixed point it stops after one round without moving."""
+    rng = np.random.default_rng(8)
+    beta = random_beta(40, 4, seed=3)
+    words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
+    counts = rng.integers(1, 3, 9).astype(np.float64)
+    cold, eth = np.empty(4), np.empty(4)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False)
+    warm = cold.copy()
+    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True)
+    np.testing.assert_allclose(warm, cold, rtol=1e-9)
+    start = rng.gamma(1.0, 3.0, 4) + 0.1
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True)
+    np.testing.assert_allclose(start, cold, rtol=1e-6)
+
+
+def test_warm_starts_begin_at_the_stated_iteration_and_never_with_sampling():
+    assert params(iterations=20).first_warm == 10
+    assert params(iterations=5).first_warm == 3
+    assert params(iterations=20, warm_start=0.0).first_warm == 1
+    assert params(iterations=20, warm_start=1.0).first_warm is None
+    assert params(iterations=1).first_warm is None
+    assert params(iterations=20, sampling_rate=0.5).first_warm is None
+    assert params(iterations=20).to_dict()["warm_start"] == 0.5
+
+
+def test_with_warm_starts_removing_an_author_still_moves_the_sum_by_their_clipped_term(small):
+    """Two iterations with kept gammas, on D and on D - a: the second iteration's sums differ
+    by a's own warm clipped term alone (every other author's kept gammas, and so their
+    terms, are the same in both runs), whose norm is at most C."""
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    p = params(clip=3.0)
+    betas = [random_beta(120, 4, 6), random_beta(120, 4, 7)]
+    everyone = np.ones(data.n_units, dtype=bool)
+
+    def second_sum(included: np.ndarray) -> np.ndarray:
+        with dp_vi.placed_shards(data, betas[0].shape) as placed:
+            for beta in betas:
+                out, _ = dp_vi.clipped_statistics(data, beta, p, included, placed, warm=True)
+        return out
+
+    full = second_sum(everyone)
+    cold_full, _ = dp_vi.clipped_statistics(data, betas[1], p, everyone)
+    assert not np.allclose(full, cold_full, rtol=1e-6)  # the warm start was used
+    for a in (0, 17, 59):
+        alone = second_sum(only(a, data.n_units))
+        assert np.linalg.norm(alone) <= p.clip
+        np.testing.assert_allclose(full - second_sum(~only(a, data.n_units)), alone, atol=1e-9)
 
 
 def test_unclipped_statistics_give_each_word_its_token_count(small):

@@ -92,22 +92,25 @@ def _exp_elog_theta(gamma, out):
 
 
 @njit(cache=True, nogil=True)
-def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth):
+def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth, warm):
     """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
 
     phi_wk is proportional to exp(E[log theta_k]) exp(E[log beta_kw]) and
     gamma_k = alpha + sum_w n_w phi_wk (Blei et al. 2003, section 5.2; Hoffman et al. 2010,
     Algorithm 2). phi is never stored: with phinorm_w = sum_k eth_k beta_wk, gamma follows
-    from n_w / phinorm_w (Hoffman's implementation). Stops after ``max_iterations`` or
-    when the mean absolute change of gamma is below ``tolerance``. On return ``gamma`` and
-    ``eth`` = exp(E[log theta]) are consistent (eth computed from the final gamma).
+    from n_w / phinorm_w (Hoffman's implementation). Starts from gamma_k = alpha + n / k,
+    or, when ``warm``, from the ``gamma`` passed in (the document's gamma at the end of its
+    previous E-step). Stops after ``max_iterations`` or when the mean absolute change of
+    gamma is below ``tolerance``. On return ``gamma`` and ``eth`` = exp(E[log theta]) are
+    consistent (eth computed from the final gamma).
     """
     n_topics = gamma.shape[0]
-    length = 0.0
-    for i in range(counts.shape[0]):
-        length += counts[i]
-    for k in range(n_topics):
-        gamma[k] = alpha + length / n_topics
+    if not warm:
+        length = 0.0
+        for i in range(counts.shape[0]):
+            length += counts[i]
+        for k in range(n_topics):
+            gamma[k] = alpha + length / n_topics
     _exp_elog_theta(gamma, eth)
     acc = np.empty(n_topics)
     for _ in range(max_iterations):
@@ -171,9 +174,17 @@ def clipped_statistics(
     clip,
     stats,
     norms,
+    gammas,
+    warm,
 ):
     """stats += sum over the included units u in [first, last) of clip(S_u, C);
     norms[u - first] = ||S_u||_2 before clipping.
+
+    ``gammas`` (float32) keeps one gamma per document of the units [first, last), row
+    j - unit_ptr[first] for the document at ``unit_docs[j]``, or has no rows (nothing
+    kept). When it has rows, every E-step's final gamma is stored there, and with ``warm``
+    the E-step starts from the stored one (``doc_e_step``), raised to alpha where float32
+    rounded it below (every exact gamma_k is at least alpha).
 
     S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
     sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
@@ -189,6 +200,8 @@ def clipped_statistics(
     mark = np.zeros(n_words, dtype=np.bool_)
     gamma = np.empty(n_topics)
     eth = np.empty(n_topics)
+    keep = gammas.shape[0] > 0
+    base = unit_ptr[first]
     for u in range(first, last):
         if not included[u]:
             continue
@@ -199,9 +212,23 @@ def clipped_statistics(
             if hi == lo:
                 continue
             doc_words, doc_counts = words[lo:hi], counts[lo:hi]
+            if keep and warm:  # gamma >= alpha exactly; float32 may round below it
+                for k in range(n_topics):
+                    gamma[k] = max(np.float64(gammas[j - base, k]), alpha)
             doc_e_step(
-                doc_words, doc_counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth
+                doc_words,
+                doc_counts,
+                exp_elog_beta,
+                alpha,
+                max_iterations,
+                tolerance,
+                gamma,
+                eth,
+                keep and warm,
             )
+            if keep:
+                for k in range(n_topics):
+                    gammas[j - base, k] = gamma[k]
             n_touched = _add_doc_stats(
                 doc_words, doc_counts, exp_elog_beta, eth, scratch, touched, n_touched, mark
             )
