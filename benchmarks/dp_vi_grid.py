@@ -218,6 +218,8 @@ def run_spec(epsilon: float, cfg: dict):
 
     options = {k: cfg[k] for k in ("clip", "threshold", "step_decay", "eta", "alpha")}
     options["accountant"] = cfg["accountant"]
+    if "warm_start" in cfg:  # benchmarks/dp_vi_warm.py; absent: the library's default
+        options["warm_start"] = cfg["warm_start"]
     return RunSpec(
         run_id="",
         workspace="",

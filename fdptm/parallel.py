@@ -279,7 +279,9 @@ class Placed:
         states = [client.submit(operator.getitem, p, 1, pure=False) for p in pairs]
         results = client.gather(outs)
         # released, not cancelled: a cancel would also cancel the new states that depend on
-        # them, while a released key stays on its worker until its dependents are computed
+        # them, while a released key stays on its worker until its dependents are computed.
+        # The scheduler keeps the released tasks' records (no data) of the chain of states,
+        # two per chunk and call, until close().
         for future in outs + sent + pairs + [s for s in self._states if s is not None]:
             future.release()
         self._states = states
@@ -292,6 +294,7 @@ class Placed:
             self._client.cancel(self._chunks)
             self._client.close()
             self._client = None
+        self._states = [None] * self.n
 
     def __enter__(self) -> Placed:
         return self

@@ -18,7 +18,7 @@ from fdptm.evaluation.synthetic import generate_lda
 from fdptm.kernels import vi
 from fdptm.mechanisms import dp_vi
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
-from fdptm.mechanisms.lda import Corpus
+from fdptm.mechanisms.lda import Corpus, subset
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
@@ -107,31 +107,61 @@ def test_warm_starts_begin_at_the_stated_iteration_and_never_with_sampling():
     assert params(iterations=20, warm_start=1.0).first_warm is None
     assert params(iterations=1).first_warm is None
     assert params(iterations=20, sampling_rate=0.5).first_warm is None
+    assert params(iterations=25, warm_start=0.28).first_warm == 7  # not 8 by rounding
     assert params(iterations=20).to_dict()["warm_start"] == 0.5
 
 
-def test_with_warm_starts_removing_an_author_still_moves_the_sum_by_their_clipped_term(small):
-    """Two iterations with kept gammas, on D and on D - a: the second iteration's sums differ
-    by a's own warm clipped term alone (every other author's kept gammas, and so their
-    terms, are the same in both runs), whose norm is at most C."""
-    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
-    p = params(clip=3.0)
-    betas = [random_beta(120, 4, 6), random_beta(120, 4, 7)]
-    everyone = np.ones(data.n_units, dtype=bool)
+@pytest.mark.parametrize(
+    ("q", "expected"), [(1.0, [False, False, True, True, True, True]), (0.5, [False] * 6)]
+)
+def test_training_keeps_gammas_from_the_iteration_before_the_first_warm_one(
+    small, monkeypatch, q, expected
+):
+    """train_dp_vi asks for kept gammas from iteration first_warm - 1 (their first, cold,
+    round) on, and never with Poisson sampling; the statistic refuses warm starts under a
+    partial inclusion mask."""
+    flags = []
+    real = dp_vi.noisy_statistics
 
-    def second_sum(included: np.ndarray) -> np.ndarray:
+    def spy(data, beta, p, noise, placed=None, warm=False):
+        flags.append(warm)
+        return real(data, beta, p, noise, placed, warm)
+
+    monkeypatch.setattr(dp_vi, "noisy_statistics", spy)
+    dp_vi.train_dp_vi(small.corpus, 4, params(iterations=6, sampling_rate=q), NoiseSource.create(2))
+    assert flags == expected
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    with pytest.raises(ValueError, match="every unit"):
+        dp_vi.clipped_statistics(
+            data, random_beta(120, 4, 1), params(), ~only(3, data.n_units), warm=True
+        )
+
+
+def test_with_warm_starts_removing_an_author_still_moves_the_sum_by_their_clipped_term(small):
+    """Three iterations with kept gammas, on D and on D without author a (removed from the
+    corpus, so the units are renumbered and the fixed ranges cut elsewhere): the last
+    iteration's sums differ by a's own warm clipped term alone (every other author's kept
+    gammas, and so their terms, are the same in both runs), whose norm is at most C."""
+    p = params(clip=3.0)
+    betas = [random_beta(120, 4, 6), random_beta(120, 4, 7), random_beta(120, 4, 8)]
+
+    def last_sum(corpus: Corpus) -> np.ndarray:
+        data = dp_vi.prepare(corpus, Adjacency.AUTHOR)
+        everyone = np.ones(data.n_units, dtype=bool)
         with dp_vi.placed_shards(data, betas[0].shape) as placed:
             for beta in betas:
-                out, _ = dp_vi.clipped_statistics(data, beta, p, included, placed, warm=True)
+                out, _ = dp_vi.clipped_statistics(data, beta, p, everyone, placed, warm=True)
         return out
 
-    full = second_sum(everyone)
-    cold_full, _ = dp_vi.clipped_statistics(data, betas[1], p, everyone)
+    c = small.corpus
+    full = last_sum(c)
+    data = dp_vi.prepare(c, Adjacency.AUTHOR)
+    cold_full, _ = dp_vi.clipped_statistics(data, betas[2], p, np.ones(data.n_units, bool))
     assert not np.allclose(full, cold_full, rtol=1e-6)  # the warm start was used
     for a in (0, 17, 59):
-        alone = second_sum(only(a, data.n_units))
-        assert np.linalg.norm(alone) <= p.clip
-        np.testing.assert_allclose(full - second_sum(~only(a, data.n_units)), alone, atol=1e-9)
+        alone = last_sum(subset(c, c.doc_author == a))
+        assert 0 < np.linalg.norm(alone) <= p.clip * (1 + 1e-12)
+        np.testing.assert_allclose(full - last_sum(subset(c, c.doc_author != a)), alone, atol=1e-9)
 
 
 def test_unclipped_statistics_give_each_word_its_token_count(small):
