@@ -43,6 +43,10 @@ def small():
     return generate_lda(240, 120, 4, doc_length=30, eta=0.02, docs_per_author=4, seed=7)
 
 
+def replace_warm(p: dp_vi.DpViParams, warm_start: float = 0.5) -> dp_vi.DpViParams:
+    return dataclasses.replace(p, warm_start=warm_start)
+
+
 def random_beta(n_words: int, n_topics: int, seed: int) -> np.ndarray:
     lam = np.random.default_rng(seed).gamma(1.0, 1.0, (n_words, n_topics)) + 0.01
     return dp_vi.exp_elog_beta(lam)
@@ -101,14 +105,14 @@ def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one()
 
 
 def test_warm_starts_begin_at_the_stated_iteration_and_never_with_sampling():
-    assert params(iterations=20).first_warm == 10
-    assert params(iterations=5).first_warm == 3
+    assert params(iterations=20).first_warm is None  # off by default
+    assert params(iterations=20, warm_start=0.5).first_warm == 10
+    assert params(iterations=5, warm_start=0.5).first_warm == 3
     assert params(iterations=20, warm_start=0.0).first_warm == 1
-    assert params(iterations=20, warm_start=1.0).first_warm is None
-    assert params(iterations=1).first_warm is None
-    assert params(iterations=20, sampling_rate=0.5).first_warm is None
+    assert params(iterations=1, warm_start=0.0).first_warm is None
+    assert params(iterations=20, warm_start=0.5, sampling_rate=0.5).first_warm is None
     assert params(iterations=25, warm_start=0.28).first_warm == 7  # not 8 by rounding
-    assert params(iterations=20).to_dict()["warm_start"] == 0.5
+    assert params(iterations=20, warm_start=0.5).to_dict()["warm_start"] == 0.5
 
 
 @pytest.mark.parametrize(
@@ -128,7 +132,8 @@ def test_training_keeps_gammas_from_the_iteration_before_the_first_warm_one(
         return real(data, beta, p, noise, placed, warm)
 
     monkeypatch.setattr(dp_vi, "noisy_statistics", spy)
-    dp_vi.train_dp_vi(small.corpus, 4, params(iterations=6, sampling_rate=q), NoiseSource.create(2))
+    p = params(iterations=6, sampling_rate=q, warm_start=0.5)
+    dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(2))
     assert flags == expected
     data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
     with pytest.raises(ValueError, match="every unit"):
@@ -211,7 +216,8 @@ def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkey
         assert workers() == min(int(threads), len(os.sched_getaffinity(0)))
         stats_, norms = dp_vi.clipped_statistics(data, beta, p, included)
         phi = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(11))
-        outputs[threads] = (stats_, norms, phi)
+        warm = dp_vi.train_dp_vi(small.corpus, 4, replace_warm(p), NoiseSource.create(11))
+        outputs[threads] = (stats_, norms, phi, warm)
     for a, b in zip(outputs["1"], outputs["2"], strict=True):
         assert np.array_equal(a, b)
     one_by_one = sum(

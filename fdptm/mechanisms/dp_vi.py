@@ -16,9 +16,10 @@ of q(beta). Every iteration t = 0..T-1:
    exp(psi(lambda) - psi(lambda.sum(1))) computed once from the previous, already public,
    lambda: coordinate ascent on (gamma_d, phi_d) (``fdptm.kernels.vi.doc_e_step``) for at
    most ``local_iterations`` rounds, stopping early when gamma_d moves by less than
-   ``local_tolerance`` on average (Hoffman's stopping rule). In the second half of the
-   iterations (with q = 1), a document's coordinate ascent starts from its own gamma_d at
-   the end of the previous iteration instead of alpha + n_d / k ("Warm starts" below).
+   ``local_tolerance`` on average (Hoffman's stopping rule). Optionally (``warm_start``
+   < 1, with q = 1), late iterations start a document's coordinate ascent from its own
+   gamma_d at the end of the previous iteration instead of alpha + n_d / k ("Warm starts"
+   below).
 3. Per unit a: S_a[k, w] = sum over a's documents d of n_dw phi_dwk, clipped in L2
    (Frobenius) norm to C (``clip``): clip(S_a) = S_a min(1, C / ||S_a||_2).
 4. The Gaussian mechanism: S~_t = sum_a clip(S_a) + N(0, (z C)^2) on each of the k V
@@ -93,26 +94,32 @@ After dividing by C each iteration is the Gaussian mechanism with noise multipli
 sensitivity-1 sum, and with Poisson sampling of units the Poisson-subsampled Gaussian
 mechanism (sampling over the same unit as the adjacency).
 
-Warm starts (``warm_start``). Hoffman et al. (2010) start every E-step from a fixed gamma;
-here, when every unit takes part in every iteration (q = 1), document d's E-step at
-iteration t >= ceil(warm_start x T) starts from its final gamma_d of iteration t - 1 (kept
-as float32 with its range of units, on the thread's shard or on the Dask worker that holds
-the range). Late iterations move lambda little, so the ascent starts near its fixed point.
-Not from the start: gammas fitted to the first, nearly random topics hold documents in a
-poor local optimum (without noise, on the recovery test's corpus, 8 seeds: matched cosine
-0.90-0.998 with warm starts from t = 1, 0.9991-0.9998 cold, 0.9988-0.9998 from T / 2), so
-the default warm_start = 0.5 runs the first half cold. On a synthetic corpus of 100,000
-documents of about 16 tokens (k = 10, epsilon 3, T = 20) the mean number of E-step rounds
-per document and iteration fell from 12.5 to 9.5 (counted with an instrumented copy of the
-kernel), and at 500,000 documents M2 took 0.73x the time on paired seeds
-(``benchmarks/dp_vi_warm.md``, which also compares the topics). Privacy is unchanged: gamma_d of
-iteration t - 1 is a function of d's own tokens and of lambda_0..lambda_{t-2}, so S_u at
-iteration t is still a function of unit u's own documents and of the public lambdas, which
-is all the sensitivity argument above and the adaptive composition below use (the clip
-still bounds every unit's term by C). With Poisson sampling (q < 1) the E-steps start cold
-as before: a kept gamma would depend on which earlier iterations included the unit, a
-secret of the sampling that the subsampled Gaussian's analysis assumes each step draws
-afresh, so a warm start there would need an analysis of its own.
+Warm starts (``warm_start``, off by default). Hoffman et al. (2010) start every E-step
+from a fixed gamma; with ``warm_start`` = w < 1 and q = 1, document d's E-step at iteration
+t >= ceil(w T) starts from its final gamma_d of iteration t - 1 (kept as float32 with its
+range of units, on the thread's shard or on the Dask worker that holds the range). Late
+iterations move lambda little, so the ascent starts near its fixed point and stops sooner:
+on a synthetic corpus of 100,000 documents of about 16 tokens (k = 10, epsilon 3, T = 20)
+the mean number of E-step rounds per document and iteration fell from 12.5 to 9.5 with
+w = 0.5 (counted with an instrumented copy of the kernel), and at 500,000 documents M2 took
+0.79x the time on four paired seeds (``benchmarks/dp_vi_warm.md``). It is not free: a
+document's coordinate ascent has local optima, and a warm start keeps it in the previous
+iteration's basin where a cold start re-chooses. From t = 1 that holds documents to the
+first, nearly random topics (without noise, on the recovery test's corpus, 8 seeds:
+matched cosine 0.90-0.998, against 0.9991-0.9998 cold); from T / 2 the optimiser alone
+does as well as cold (0.9988-0.9998), but on PHEME through the release pipeline (T = 100,
+8 paired seeds) NPMI was lower on 7 of 8 seeds at epsilon 10 and on 5 of 8 at epsilon 3
+(median -0.010 and -0.014), and two of the four 500,000-document seeds ended further from
+the true topics (0.92 against 0.94, 0.88 against 0.90). So the default is w = 1 (every
+E-step cold); w = 0.5 trades that small loss for about a fifth of M2's time.
+Privacy is the same either way: gamma_d of iteration t - 1 is a function of d's own tokens
+and of lambda_0..lambda_{t-2}, so S_u at iteration t is still a function of unit u's own
+documents and of the public lambdas, which is all the sensitivity argument above and the
+adaptive composition below use (the clip still bounds every unit's term by C). With
+Poisson sampling (q < 1) the E-steps always start cold: a kept gamma would depend on which
+earlier iterations included the unit, a secret of the sampling that the subsampled
+Gaussian's analysis assumes each step draws afresh, so a warm start there would need an
+analysis of its own.
 
 Composition. The E-step of iteration t is a function of the unit's own data and of
 lambda_0..lambda_{t-1} only, and those are functions of the earlier noisy statistics and
@@ -486,7 +493,7 @@ def dp_vi_params(
     alpha: float = 0.1,
     local_iterations: int = 20,
     local_tolerance: float = 1e-3,
-    warm_start: float = 0.5,
+    warm_start: float = 1.0,
     step_decay: float = 0.6,
     step_offset: float = 1.0,
     threshold: float = 1.0,
