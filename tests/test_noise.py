@@ -16,6 +16,7 @@ import randomgen
 from scipy import stats
 
 from fdptm.evaluation.synthetic import generate_lda
+from fdptm.mechanisms.dp_vi import statistic_grid
 from fdptm.mechanisms.lda import COUNT_SENSITIVITY
 from fdptm.mechanisms.registry import MECHANISMS, mechanism
 from fdptm.mechanisms.set_union import author_items, select, set_union_params
@@ -26,6 +27,7 @@ from fdptm.privacy.noise import (
     NUMPY_LAPLACE,
     OPENDP_GAUSSIAN,
     OPENDP_GRID_LAPLACE,
+    OPENDP_INTEGER_GAUSSIAN,
     OPENDP_LAPLACE,
     OPENDP_QUANTILE,
     OPENDP_ROUNDED_GAUSSIAN,
@@ -151,11 +153,34 @@ def test_rounded_samplers_lie_on_their_grid_with_the_stated_scale(kind):
     assert_rounded_call_keeps_its_promise(call)
 
 
+def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums():
+    """The integer sampler (dp-vi's statistic): input integers come back as integers, the
+    residuals are Gaussian at the stated scale (KS at ALPHA; a discrete Gaussian of scale
+    40 is within 1e-12 of N(0, 40^2) in CDF, far below what the test can see), OpenDP's map
+    at the stated sensitivity keeps the promised rho, and values beyond 2^53 keep their
+    exact sum until the conversion. Float input is refused (it would not be an exact sum)."""
+    noise = NoiseSource.create(None)
+    x = np.random.default_rng(4).integers(-(10**6), 10**6, N_DRAWS)
+    y = noise.add_integer_gaussian(x, 40.0, 30)
+    assert y.dtype == np.float64 and np.array_equal(y, np.round(y))
+    assert stats.kstest(y - x, stats.norm(scale=40.0).cdf).pvalue > ALPHA
+    assert noise.draws == {OPENDP_INTEGER_GAUSSIAN: N_DRAWS}
+    (call,) = noise.rounded
+    assert (call["sensitivity"], call["scale"], call["size"]) == (30, 40.0, N_DRAWS)
+    assert_rounded_call_keeps_its_promise(call)
+    big = noise.add_integer_gaussian(np.full(4, 2**60, dtype=np.int64), 1.0, 1)
+    assert np.all(np.abs(big - 2.0**60) < 1e3)
+    with pytest.raises(TypeError, match="int64"):
+        noise.add_integer_gaussian(np.ones(3), 1.0, 1)
+    seeded = NoiseSource.create(5).add_integer_gaussian(np.zeros(N_DRAWS, np.int64), 2.0, 1)
+    assert stats.kstest(seeded, stats.norm(scale=2.0).cdf).pvalue > ALPHA
+
+
 def assert_rounded_call_keeps_its_promise(call: dict) -> None:
     """OpenDP's map of the measurement a rounded draw actually used, at the stated
     sensitivity, is at most the loss promised at the scale asked for."""
     s, scale = call["sensitivity"], call["scale"]
-    gaussian = call["sampler"] == OPENDP_ROUNDED_GAUSSIAN
+    gaussian = call["sampler"] in (OPENDP_ROUNDED_GAUSSIAN, OPENDP_INTEGER_GAUSSIAN)
     promised = s**2 / (2 * scale**2) if gaussian else s / scale
     measurement = opendp_measurement(call["sampler"], call["used"], call["size"])
     assert measurement.map(s) <= promised
@@ -255,7 +280,7 @@ def _expected(name: str, options: dict) -> dict[str, tuple[int, int]]:
     return {
         "hdp-lda": {OPENDP_ROUNDED_LAPLACE: ((T + 1) * V * K,) * 2},
         # the corpus's last word plays SAN's OOV id, which dp-vi leaves out (not noised)
-        "dp-vi": {OPENDP_ROUNDED_GAUSSIAN: (T * (V - 1) * K,) * 2},
+        "dp-vi": {OPENDP_INTEGER_GAUSSIAN: (T * (V - 1) * K,) * 2},
         "zhu": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda-plus": {OPENDP_GRID_LAPLACE: (T * counts + V * K,) * 2},
@@ -302,7 +327,10 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
     # the rounded draws state the mechanism's own sensitivity and scale, and keep the loss
     stated = {
         "hdp-lda": lambda: (COUNT_SENSITIVITY, params.laplace_scale),
-        "dp-vi": lambda: (params.clip, params.noise_std),
+        "dp-vi": lambda: (
+            math.floor(params.clip / statistic_grid(params.clip)),
+            params.noise_std / statistic_grid(params.clip),
+        ),
     }
     assert bool(noise.rounded) == (name in stated)
     for call in noise.rounded:
@@ -325,7 +353,7 @@ def test_dp_set_union_noises_every_candidate_through_opendp(policy):
 
 def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     """dp-vi's private clip draws OpenDP's quantile once; a tuned run's trials draw only
-    OpenDP Gaussians (the rounded sampler for statistics, the exact one for scores) and the
+    OpenDP Gaussians (the integer one for statistics, the exact one for scores) and the
     quantile."""
     from fdptm.mechanisms.registry import tuned
 
@@ -339,13 +367,13 @@ def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     noise = NoiseSource.create(None)
     m = mechanism("dp-vi")
     m.train(corpus, K, m.params(2.0, 1e-5, context, {"clip": "private"}), noise)
-    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_ROUNDED_GAUSSIAN: T * (V - 1) * K}
+    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_INTEGER_GAUSSIAN: T * (V - 1) * K}
     noise = NoiseSource.create(None)
     options = {"tune_iterations": "2", "tune_clips": "private", "mean_trials": 2.0}
     t = tuned("dp-vi")
     phi = t.train(corpus, K, t.params(2.0, 1e-5, context, options), noise)
     assert np.allclose(phi.sum(axis=1), 1.0)
     trials = noise.draws[OPENDP_QUANTILE]
-    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_ROUNDED_GAUSSIAN, OPENDP_GAUSSIAN}
-    assert noise.draws[OPENDP_ROUNDED_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
+    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_INTEGER_GAUSSIAN, OPENDP_GAUSSIAN}
+    assert noise.draws[OPENDP_INTEGER_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
     assert noise.draws[OPENDP_GAUSSIAN] == trials  # scores

@@ -15,7 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
-_ROUND_DOWN = 1.0 - 1e-12  # keeps clip(S)'s norm <= C despite rounding in clip / norm
+_SHRINK = 1.0 - 2.0**-20
+"""Factor a unit's grid scale is cut by when its rounded statistic fails the exact norm check."""
 
 
 @njit(cache=True, nogil=True)
@@ -172,13 +173,15 @@ def clipped_statistics(
     tolerance,
     included,
     clip,
+    per_unit,
+    limit,
     stats,
     norms,
     gammas,
     warm,
 ):
-    """stats += sum over the included units u in [first, last) of clip(S_u, C);
-    norms[u - first] = ||S_u||_2 before clipping.
+    """stats += sum over the included units u in [first, last) of q_u, the clipped S_u in
+    integer units of the grid 1 / ``per_unit``; norms[u - first] = ||S_u||_2 before clipping.
 
     ``gammas`` (float32) keeps one gamma per document of the units [first, last), row
     j - unit_ptr[first] for the document at ``unit_docs[j]``, or has no rows (nothing
@@ -188,11 +191,16 @@ def clipped_statistics(
 
     S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
     sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
-    clip(S, C) = S min(1, C / ||S||_2) (Frobenius norm), so every unit adds a matrix of
-    norm at most C to ``stats`` (the factor is rounded down by a relative 1e-12 so that
-    floating-point rounding cannot push a clipped norm above C). Units with ``included[u]``
-    False are skipped entirely (their ``norms`` entry is left as is). ``stats`` is
-    accumulated into, not reset.
+    clip(S, C) = S min(1, C / ||S||_2) (Frobenius norm). The unit adds the integers
+    q_u = floor(f S_u) with f = ``per_unit`` min(1, C / ||S_u||_2) (S_u >= 0, so floor
+    rounds towards zero), after checking in exact integer arithmetic that
+    sum q_u^2 <= ``limit`` (the caller's floor(C per_unit)^2); should float rounding in the
+    norm or in f have let it through, f is cut by 2^-20 until the check passes. So every
+    unit's term has L2 norm at most sqrt(limit) grid units, whatever the rounding, and
+    ``stats`` (int64) sums the terms exactly: no rounding of the sum depends on which other
+    units are present, or on the order of the sum. Units with ``included[u]`` False are
+    skipped entirely (their ``norms`` entry is left as is). ``stats`` is accumulated into,
+    not reset.
     """
     n_words, n_topics = exp_elog_beta.shape
     scratch = np.zeros((n_words, n_topics))
@@ -239,10 +247,25 @@ def clipped_statistics(
                 squared += row[k] * row[k]
         norm = math.sqrt(squared)
         norms[u - first] = norm
-        scale = 1.0 if norm <= clip else (clip / norm) * _ROUND_DOWN
+        scale = per_unit if norm <= clip else per_unit * (clip / norm)
+        while _squared_units(scratch, touched, n_touched, scale) > limit:
+            scale *= _SHRINK
         for t in range(n_touched):
             w = touched[t]
             for k in range(n_topics):
-                stats[w, k] += scale * scratch[w, k]
+                stats[w, k] += np.int64(scale * scratch[w, k])
                 scratch[w, k] = 0.0
             mark[w] = False
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _squared_units(scratch, touched, n_touched, scale):
+    """sum of floor(scale x entry)^2 over the touched rows of ``scratch``, in int64 (exact:
+    each term is at most about ``limit``, and so is their sum)."""
+    total = np.int64(0)
+    for t in range(n_touched):
+        row = scratch[touched[t]]
+        for k in range(row.shape[0]):
+            q = np.int64(scale * row[k])
+            total += q * q
+    return total

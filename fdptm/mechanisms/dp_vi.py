@@ -23,8 +23,11 @@ of q(beta). Every iteration t = 0..T-1:
 3. Per unit a: S_a[k, w] = sum over a's documents d of n_dw phi_dwk, clipped in L2
    (Frobenius) norm to C (``clip``): clip(S_a) = S_a min(1, C / ||S_a||_2).
 4. The Gaussian mechanism: S~_t = sum_a clip(S_a) + N(0, (z C)^2) on each of the k V
-   entries, the whole matrix in one call of the NoiseSource (OpenDP's floating-point-safe
-   Gaussian in production).
+   entries, the whole matrix in one call of the NoiseSource. In production the sum is
+   exact and so is the noise ("Exact sums" below): each unit's clip(S_a) is rounded towards
+   zero to integers of a grid g of about C 2^-20, checked in integer arithmetic to have L2
+   norm at most floor(C / g) units, summed in int64, and OpenDP's discrete Gaussian of
+   scale z C / g is added to the integer sum before it is scaled back by g.
 5. M-step, stochastic VI (Hoffman et al. 2010, Algorithm 2): with rho_t = (tau + t)^-kappa
    (``step_offset`` tau, ``step_decay`` kappa), the running estimate of the full-corpus
    statistic is A_t = (1 - rho_t) A_{t-1} + rho_t S~_t / q, and lambda_t = eta + A_t with
@@ -120,6 +123,26 @@ Poisson sampling (q < 1) the E-steps always start cold: a kept gamma would depen
 earlier iterations included the unit, a secret of the sampling that the subsampled
 Gaussian's analysis assumes each step draws afresh, so a warm start there would need an
 analysis of its own.
+
+Exact sums. A floating-point sum of N clipped terms is not a sum with sensitivity C: the
+rounding of every later addition depends on whether one more unit was added before it,
+and over N additions to an entry of size up to N C those differences can reach about
+N^2 2^-53 C per entry (Casacuberta, Shoemate, Vadhan & Wagaman, "Widespread underestimation
+of sensitivity in differentially private libraries", CCS 2022), which at millions of units
+is no longer small against C, and a clipped norm computed in floating point can itself
+exceed C by a few units in the last place. So each unit's term is rounded towards zero to
+integers of the grid g = ``statistic_grid(C)`` (a power of two with C / g in [2^20, 2^21)),
+its squared L2 norm is checked in exact integer arithmetic against floor(C / g)^2 (and its
+factor cut until it passes, which float rounding may need once in a great while), and the
+terms are summed in int64, exactly and in any order (the sum over ranges of units and over
+Dask workers is the same integer). Adding or removing a unit moves the integer sum by that
+unit's term, of L2 norm at most floor(C / g) <= C / g, exactly. OpenDP's discrete Gaussian
+on the integers at scale z C / g (its privacy map checked: rho <= 1 / (2 z^2), the rho the
+accountant composes) is added to that exact sum, and the noisy integers are converted to
+floating point and multiplied by g only afterwards (post-processing). Rounding towards zero
+loses less than g <= C 2^-20 per entry: at most a thousandth of the noise's standard
+deviation z C (z >= 1e-3 always), a millionth at z = 1. An entry of the int64 sum is at
+most 2^21 units per unit, so it cannot overflow below 2^42 (four trillion) units.
 
 Composition. The E-step of iteration t is a function of the unit's own data and of
 lambda_0..lambda_{t-1} only, and those are functions of the earlier noisy statistics and
@@ -290,6 +313,9 @@ PARAMETER_CONSTRAINTS = {
 """Every option of ``dp_vi_params`` and what it accepts (``fdptm.mechanisms.constraints``)."""
 CANDIDATES = np.asarray(quantile.GEOMETRIC_CANDIDATES)
 _RELATIVE_PRECISION = {"rdp": 1e-6, "pld": 1e-3}
+GRID_BITS = 20
+"""The clipped statistic is summed exactly on a grid of about C 2^-GRID_BITS
+(``statistic_grid``)."""
 _MIN_NOISE_MULTIPLIER = 1e-3
 _MAX_NOISE_MULTIPLIER = 1e7
 
@@ -717,15 +743,17 @@ def shard_statistic(
     gammas: np.ndarray | None = None,
     warm: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(sum over the shard's included units of clip(S_u, C), ||S_u||_2 of its units).
+    """(sum over the shard's included units of clip(S_u, C) in integer grid units, as
+    ``clipped_statistics``; ||S_u||_2 of its units).
 
     ``gammas``: one float32 row per document of the shard's units, in unit order, where the
     E-steps' final gammas are kept (and, with ``warm``, start from); None keeps nothing.
     The same kernel over the same units in the same order whether the shard is a view of
     the corpus or its own copy, so the partial sum is bit-identical either way."""
     data, lo = shard.data, shard.start - shard.offset
-    partial = np.zeros(beta.shape)
+    partial = np.zeros(beta.shape, dtype=np.int64)
     norms = np.zeros(shard.stop - shard.start)
+    units = clip / statistic_grid(clip)
     if gammas is None:
         gammas = np.empty((0, beta.shape[1]), dtype=np.float32)
     vi.clipped_statistics(
@@ -742,6 +770,8 @@ def shard_statistic(
         local_tolerance,
         included[shard.offset : shard.offset + data.n_units],
         clip,
+        1.0 / statistic_grid(clip),
+        math.floor(units) ** 2,
         partial,
         norms,
         gammas,
@@ -764,6 +794,16 @@ def warm_shard_statistic(
     return shard_statistic(shard, beta, *args, gammas=gammas, warm=warm), gammas
 
 
+def statistic_grid(clip: float) -> float:
+    """The grid g of the exact sum: the power of two with C / g in [2^GRID_BITS,
+    2^(GRID_BITS + 1)) (a public function of C). Each unit adds floor(clip(S_u) / g)
+    entry by entry, so a unit moves the sum by at most floor(C / g) grid units in L2, and
+    rounding towards zero loses less than g <= C 2^-GRID_BITS per entry, against noise of
+    standard deviation z C."""
+    _, exponent = math.frexp(clip)  # clip = m 2^exponent, 1/2 <= m < 1
+    return math.ldexp(1.0, exponent - GRID_BITS - 1)
+
+
 def placed_shards(data: VariationalCorpus, shape: tuple[int, int]) -> Placed:
     """The corpus cut into ``statistic_chunks(shape)`` fixed unit ranges, placed where the
     statistics run (``fdptm.parallel``: threads here, or copies on a Dask cluster)."""
@@ -780,7 +820,9 @@ def clipped_statistics(
     placed: Placed | None = None,
     warm: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """sum over included units of clip(S_u, C) (words x topics) and every ||S_u||_2.
+    """sum over included units of clip(S_u, C) (words x topics) in integer units of
+    ``statistic_grid(C)`` (int64: each unit's term rounded towards zero and checked to have
+    L2 norm at most floor(C / g) units, the terms summed exactly), and every ||S_u||_2.
 
     NOT private on its own: this is the statistic before the Gaussian noise.
 
@@ -832,7 +874,8 @@ def noisy_statistics(
     placed: Placed | None = None,
     warm: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One iteration's private release: Poisson-sample units, clip, add N(0, (z C)^2).
+    """One iteration's private release: Poisson-sample units, clip, sum exactly, add the
+    discrete Gaussian of standard deviation about z C (scale z C / g in grid units g).
 
     Returns the noisy statistic (words x topics) and the inclusion mask (which is not
     released; it is returned for tests of the sampling). ``warm``: as in
@@ -840,7 +883,10 @@ def noisy_statistics(
     """
     included = sample_units(noise.generator, data.n_units, params.sampling_rate)
     stats, _ = clipped_statistics(data, beta, params, included, placed, warm)
-    return noise.add_gaussian(stats, params.noise_std, params.clip), included
+    grid = statistic_grid(params.clip)
+    units = params.clip / grid  # exact: grid is a power of two
+    noisy = noise.add_integer_gaussian(stats, params.noise_multiplier * units, math.floor(units))
+    return noisy * grid, included
 
 
 def step_size(params: DpViParams, t: int) -> float:

@@ -35,10 +35,17 @@ noise is i.i.d. per entry, exactly the distribution of one call on the whole vec
 FFI call releases the GIL).
 
 A mechanism that states the sensitivity it calibrated for (``add_gaussian(values, sigma,
-sensitivity)``: dp-vi, hdp-lda) gets OpenDP's samplers on the grid 2^ROUNDING_EXPONENT
+sensitivity)``: hdp-lda) gets OpenDP's samplers on the grid 2^ROUNDING_EXPONENT
 instead, about 4 times cheaper: inputs are rounded to the grid, which OpenDP's map charges
 as extra sensitivity, and ``rounded_scale`` enlarges the scale by exactly that much and
 checks the map, so the loss stays the one the mechanism's accountant assumed.
+
+``add_integer_gaussian`` is for a mechanism that sums its units' terms exactly as integers
+(dp-vi: each unit's clipped statistic rounded towards zero on a grid, checked in integer
+arithmetic, summed in int64): OpenDP's discrete Gaussian on i64 adds the noise to the exact
+integer sum, so neither the sum nor the noisy value depends on floating-point rounding
+(a float sum of many units can round differently when one unit is added, by more than the
+clip in the worst case; Casacuberta et al., CCS 2022).
 
 ``grid_laplace`` is for the count-based baselines whose noise must stay in counts that the
 sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are OpenDP's
@@ -87,6 +94,10 @@ OPENDP_ROUNDED_GAUSSIAN = (
     f"opendp.measurements.make_gaussian(f64 vector, k = {ROUNDING_EXPONENT}), scale covering "
     "the rounding"
 )
+OPENDP_INTEGER_GAUSSIAN = (
+    "opendp.measurements.make_gaussian(i64 vector, exact discrete Gaussian), scale enlarged "
+    "by 2^-30 to cover OpenDP's rounding of its map"
+)
 NUMPY_QUANTILE = "numpy.random.Generator.gumbel (exponential mechanism)"
 NUMPY_LAPLACE = "numpy.random.Generator.laplace"
 NUMPY_GAUSSIAN = "numpy.random.Generator.normal"
@@ -98,6 +109,7 @@ SAFE_SAMPLERS = (
     OPENDP_QUANTILE,
     OPENDP_ROUNDED_LAPLACE,
     OPENDP_ROUNDED_GAUSSIAN,
+    OPENDP_INTEGER_GAUSSIAN,
 )
 CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
 
@@ -146,6 +158,9 @@ def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
+    if sampler == OPENDP_INTEGER_GAUSSIAN:
+        integers = dp.vector_domain(dp.atom_domain(T="i64"))
+        return dp.m.make_gaussian(integers, dp.l2_distance(T="i64"), scale=scale)
     unsized = dp.vector_domain(dp.atom_domain(T=float, nan=False))
     if sampler == OPENDP_GAUSSIAN:
         return dp.m.make_gaussian(unsized, dp.l2_distance(T=float), scale=scale)
@@ -300,6 +315,43 @@ class NoiseSource:
             )
         return self._count(NUMPY_GAUSSIAN, array + self.generator.normal(0.0, scale, array.shape))
 
+    def add_integer_gaussian(
+        self, values: np.ndarray, scale: float, sensitivity: int
+    ) -> np.ndarray:
+        """int64 ``values`` plus i.i.d. discrete Gaussian noise of scale ``scale`` (about
+        N(0, scale^2), on the integers), as float64, for a caller whose ``values`` move by
+        at most the integer ``sensitivity`` in L2 between neighbours: rho =
+        sensitivity^2 / (2 scale^2).
+
+        Secure: OpenDP's exact discrete Gaussian on i64 at ``scale`` (1 + 2^-30), its map
+        checked against rho (it rounds its own arithmetic up); the noisy integers are exact,
+        and only then converted to f64 (post-processing), so no floating-point addition ever
+        meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
+        """
+        scale = _check_scale("Gaussian sigma", scale, self.secure)
+        array = np.asarray(values)
+        if array.dtype != np.int64:
+            raise TypeError(f"add_integer_gaussian needs int64 values, got {array.dtype}")
+        if not self.secure:
+            noisy = array + self.generator.normal(0.0, scale, array.shape)
+            return self._count(NUMPY_GAUSSIAN, noisy)
+        used = scale * (1.0 + 2.0**-30)
+        if array.size:
+            promised = sensitivity**2 / (2.0 * scale**2)
+            if opendp_measurement(OPENDP_INTEGER_GAUSSIAN, used, 0).map(sensitivity) > promised:
+                raise ValueError(f"OpenDP maps the integer Gaussian above rho {promised}")
+            self.rounded.append(
+                {
+                    "sampler": OPENDP_INTEGER_GAUSSIAN,
+                    "scale": scale,
+                    "used": used,
+                    "sensitivity": sensitivity,
+                    "size": array.size,
+                }
+            )
+        noisy = _opendp_apply(OPENDP_INTEGER_GAUSSIAN, used, array.ravel())
+        return self._count(OPENDP_INTEGER_GAUSSIAN, noisy.astype(np.float64).reshape(array.shape))
+
     def grid_laplace(self, scale: float, shape: int | tuple[int, ...]) -> np.ndarray:
         """Laplace(0, scale) draws on the grid 2^GRID_EXPONENT, for noise kept in counts.
 
@@ -363,10 +415,14 @@ class NoiseSource:
                 ),
                 "rounded": (
                     f"{OPENDP_ROUNDED_LAPLACE} and {OPENDP_ROUNDED_GAUSSIAN}, where the "
-                    f"mechanism states its sensitivity (dp-vi, hdp-lda): inputs rounded to the "
+                    f"mechanism states its sensitivity (hdp-lda): inputs rounded to the "
                     f"grid 2^{ROUNDING_EXPONENT}, discrete noise on that grid added exactly, "
                     "the scale enlarged by (sensitivity + the rounding's reach) / sensitivity "
                     "so that OpenDP's privacy map is the mechanism's stated loss"
+                ),
+                "integer_gaussian": (
+                    f"{OPENDP_INTEGER_GAUSSIAN}: exact discrete Gaussian added to integer "
+                    "sums, converted to f64 afterwards (dp-vi's statistic)"
                 ),
                 "grid_laplace": (
                     f"{OPENDP_GRID_LAPLACE}: discrete Laplace on the grid 2^{GRID_EXPONENT}, "
