@@ -88,6 +88,11 @@ def main() -> None:
         "code": code_version(),
         "machine": machine(),
         "documents": args.docs,
+        "baseline_commit": subprocess.run(
+            ["git", "-C", arms["baseline"], "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip(),
         "files": files,
         "runs": runs,
     }
@@ -107,7 +112,8 @@ def render(r: dict) -> str:
         f"Python {m['python']} · code {r['code']}",
         "",
         f"{r['documents']:,} synthetic documents, epsilon 3, k 10, T 20, production noise; "
-        "arms interleaved in fresh processes (see the module docstring).",
+        "arms interleaved in fresh processes (see the module docstring). Baseline: "
+        f"commit {r.get('baseline_commit') or 'unknown'}.",
         "",
         "| arm | M2 wall (s), per round | median | ratio to baseline | matched cosine |",
         "|---|---|---|---|---|",

@@ -135,7 +135,7 @@ def test_cli_lists_mechanisms_with_their_declared_options(capsys):
     listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
     assert set(listed) == {m.name for m in ALL}
     dp_vi = {o["name"]: o for o in listed["dp-vi"]["options"]}
-    assert dp_vi["clip"]["accepts"] == "a finite number > 0 or one of 'private'"
+    assert dp_vi["clip"]["accepts"] == "a number in [1e-12, 1e+12] or one of 'private'"
     assert listed["spectral"]["adjacency"] == {
         "author": "author-replace",
         "document": "document-replace",

@@ -50,7 +50,7 @@ def values(stats_units: np.ndarray, p: dp_vi.DpViParams) -> np.ndarray:
 
 def unit_bound(p: dp_vi.DpViParams) -> int:
     """floor(C / g): the largest L2 norm of a unit's term, in grid units."""
-    return math.floor(p.clip / dp_vi.statistic_grid(p.clip))
+    return dp_vi.unit_bound(p.clip)
 
 
 def int_norm_squared(x: np.ndarray) -> int:
@@ -272,6 +272,31 @@ def test_each_authors_clipped_statistic_has_norm_at_most_C(small):
     assert clipped_any  # the bound was exercised, not vacuous
 
 
+def test_a_clip_that_is_no_whole_number_of_grid_units_still_bounds_every_term(small):
+    """At C = 0.1, C / g is not a whole number, so a term clipped at C / g and floored entry
+    by entry can exceed floor(C / g): with one topic S_u is the unit's word counts, and for
+    counts (1, 1) the floored clipped term does exceed it, so the kernel's exact check must
+    cut it (this test fails without that loop); on the small corpus every author's term
+    stays within the bound too."""
+    p = params(clip=0.1, n_topics=1)
+    grid, bound = dp_vi.statistic_grid(p.clip), unit_bound(p)
+    assert p.clip / grid != bound
+    naive = np.floor(np.array([1.0, 1.0]) * (p.clip / math.sqrt(2.0)) / grid).astype(np.int64)
+    assert int_norm_squared(naive) > bound**2  # what a plain floor would add
+    two_words = Corpus(np.array([0, 2]), np.array([0, 1]), 2, np.array([0]))
+    data = dp_vi.prepare(two_words, Adjacency.AUTHOR)
+    term, norms = dp_vi.clipped_statistics(data, random_beta(2, 1, 0), p, np.ones(1, bool))
+    assert norms[0] == pytest.approx(math.sqrt(2.0))
+    assert int_norm_squared(term) <= bound**2
+    assert np.all(naive - term.ravel() <= 2)  # cut by a few units, not more
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    beta = random_beta(120, 4, 3)
+    wide = params(clip=0.1)
+    for a in range(data.n_units):
+        s_a, _ = dp_vi.clipped_statistics(data, beta, wide, only(a, data.n_units))
+        assert int_norm_squared(s_a) <= unit_bound(wide) ** 2
+
+
 def test_removing_an_author_moves_the_clipped_sum_by_at_most_C(small):
     """Brute force over all 60 authors: the integer sums differ by exactly a's term, whose
     norm is at most floor(C / g) grid units (about C, by less than the rounding, when the
@@ -444,6 +469,9 @@ def test_guarantee_states_the_adjacency_and_both_accountings(adjacency):
         {"clip": 0.0},
         {"clip": -2.0},
         {"clip": float("inf")},
+        {"clip": 1e-306},  # its grid's reciprocal would overflow: refused, not a wrong sum
+        {"clip": 1e300},
+        {"warm_start": 1.5},
         {"sampling_rate": 0.0},
         {"sampling_rate": 1.5},
         {"adjacency": Adjacency.WORD},

@@ -16,7 +16,7 @@ import randomgen
 from scipy import stats
 
 from fdptm.evaluation.synthetic import generate_lda
-from fdptm.mechanisms.dp_vi import statistic_grid
+from fdptm.mechanisms.dp_vi import statistic_grid, unit_bound
 from fdptm.mechanisms.lda import COUNT_SENSITIVITY
 from fdptm.mechanisms.registry import MECHANISMS, mechanism
 from fdptm.mechanisms.set_union import author_items, select, set_union_params
@@ -157,8 +157,9 @@ def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums():
     """The integer sampler (dp-vi's statistic): input integers come back as integers, the
     residuals are Gaussian at the stated scale (KS at ALPHA; a discrete Gaussian of scale
     40 is within 1e-12 of N(0, 40^2) in CDF, far below what the test can see), OpenDP's map
-    at the stated sensitivity keeps the promised rho, and values beyond 2^53 keep their
-    exact sum until the conversion. Float input is refused (it would not be an exact sum)."""
+    at the stated sensitivity keeps the promised rho, and OpenDP's integer measurement
+    returns exact integers even beyond 2^53 (the sum is exact before the conversion to
+    f64). Float input is refused (it would not be an exact sum)."""
     noise = NoiseSource.create(None)
     x = np.random.default_rng(4).integers(-(10**6), 10**6, N_DRAWS)
     y = noise.add_integer_gaussian(x, 40.0, 30)
@@ -168,8 +169,9 @@ def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums():
     (call,) = noise.rounded
     assert (call["sensitivity"], call["scale"], call["size"]) == (30, 40.0, N_DRAWS)
     assert_rounded_call_keeps_its_promise(call)
-    big = noise.add_integer_gaussian(np.full(4, 2**60, dtype=np.int64), 1.0, 1)
-    assert np.all(np.abs(big - 2.0**60) < 1e3)
+    odd = 2**60 + 1  # not a float64
+    big = opendp_measurement(OPENDP_INTEGER_GAUSSIAN, 1.0, 0)(np.full(4, odd, dtype=np.int64))
+    assert all(isinstance(v, int) and abs(v - odd) < 100 for v in big)
     with pytest.raises(TypeError, match="int64"):
         noise.add_integer_gaussian(np.ones(3), 1.0, 1)
     seeded = NoiseSource.create(5).add_integer_gaussian(np.zeros(N_DRAWS, np.int64), 2.0, 1)
@@ -328,7 +330,7 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
     stated = {
         "hdp-lda": lambda: (COUNT_SENSITIVITY, params.laplace_scale),
         "dp-vi": lambda: (
-            math.floor(params.clip / statistic_grid(params.clip)),
+            unit_bound(params.clip),
             params.noise_std / statistic_grid(params.clip),
         ),
     }
@@ -336,6 +338,8 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
     for call in noise.rounded:
         assert (call["sensitivity"], call["scale"]) == stated[name]()
         assert_rounded_call_keeps_its_promise(call)
+        if name == "dp-vi":  # at most the noise multiplier's loss, whatever the grid
+            assert call["sensitivity"] / call["scale"] <= 1.0 / params.noise_multiplier
 
 
 @pytest.mark.parametrize("policy", ["weighted", "policy-laplace", "policy-gaussian"])

@@ -194,8 +194,9 @@ def clipped_statistics(
     clip(S, C) = S min(1, C / ||S||_2) (Frobenius norm). The unit adds the integers
     q_u = floor(f S_u) with f = ``per_unit`` min(1, C / ||S_u||_2) (S_u >= 0, so floor
     rounds towards zero), after checking in exact integer arithmetic that
-    sum q_u^2 <= ``limit`` (the caller's floor(C per_unit)^2); should float rounding in the
-    norm or in f have let it through, f is cut by 2^-20 until the check passes. So every
+    sum q_u^2 <= ``limit`` (the caller's floor(C per_unit)^2); when it fails (routinely
+    when C per_unit is not a whole number, or by float rounding in the norm or in f), f is
+    cut by 2^-20 until the check passes. So every
     unit's term has L2 norm at most sqrt(limit) grid units, whatever the rounding, and
     ``stats`` (int64) sums the terms exactly: no rounding of the sum depends on which other
     units are present, or on the order of the sum. Units with ``included[u]`` False are

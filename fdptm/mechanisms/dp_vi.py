@@ -125,24 +125,32 @@ Gaussian's analysis assumes each step draws afresh, so a warm start there would 
 analysis of its own.
 
 Exact sums. A floating-point sum of N clipped terms is not a sum with sensitivity C: the
-rounding of every later addition depends on whether one more unit was added before it,
-and over N additions to an entry of size up to N C those differences can reach about
-N^2 2^-53 C per entry (Casacuberta, Shoemate, Vadhan & Wagaman, "Widespread underestimation
-of sensitivity in differentially private libraries", CCS 2022), which at millions of units
-is no longer small against C, and a clipped norm computed in floating point can itself
-exceed C by a few units in the last place. So each unit's term is rounded towards zero to
-integers of the grid g = ``statistic_grid(C)`` (a power of two with C / g in [2^20, 2^21)),
-its squared L2 norm is checked in exact integer arithmetic against floor(C / g)^2 (and its
-factor cut until it passes, which float rounding may need once in a great while), and the
-terms are summed in int64, exactly and in any order (the sum over ranges of units and over
-Dask workers is the same integer). Adding or removing a unit moves the integer sum by that
-unit's term, of L2 norm at most floor(C / g) <= C / g, exactly. OpenDP's discrete Gaussian
-on the integers at scale z C / g (its privacy map checked: rho <= 1 / (2 z^2), the rho the
-accountant composes) is added to that exact sum, and the noisy integers are converted to
-floating point and multiplied by g only afterwards (post-processing). Rounding towards zero
-loses less than g <= C 2^-20 per entry: at most a thousandth of the noise's standard
-deviation z C (z >= 1e-3 always), a millionth at z = 1. An entry of the int64 sum is at
-most 2^21 units per unit, so it cannot overflow below 2^42 (four trillion) units.
+rounding of every later addition depends on whether one more unit was added before it, and
+over N additions to an entry of size up to N C those differences can reach about N^2 2^-53 C
+per entry (Casacuberta, Shoemate, Vadhan & Wagaman, "Widespread underestimation of
+sensitivity in differentially private libraries", CCS 2022), which at millions of units is
+no longer small against C; and a clipped norm computed in floating point can itself exceed
+C by a few units in the last place. So each unit's term is rounded towards zero to integers
+of the grid g = ``statistic_grid(C)`` (a power of two with C / g in [2^20, 2^21); the
+manifest's ``statistic_grid``), its squared L2 norm is checked in exact integer arithmetic
+against floor(C / g)^2 (``unit_bound``), its factor is cut by 2^-20 until it passes
+(routinely once or twice when C / g is not a whole number, since the clip aims at C / g;
+float rounding can need it too), and the terms are summed in int64, exactly and in any
+order (the sums over ranges of units and over Dask workers give the same integers).
+Adding or removing a unit moves the integer sum by exactly that unit's term, of L2 norm at
+most floor(C / g) <= C / g. OpenDP's discrete Gaussian on the integers at scale z C / g is
+added to that exact sum (its privacy map checked: floor(C / g)^2 / (2 (z C / g)^2) <=
+1 / (2 z^2)), and the noisy integers are converted to floating point and multiplied by g
+only afterwards (post-processing). The discrete Gaussian is 1 / (2 z^2)-zCDP at that
+sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP accountant composes when
+q = 1. The Poisson-subsampled RDP bound and the PLD accountant are derived for the
+continuous Gaussian; the discrete one at a scale of at least 1e-3 x 2^20 grid units is
+that distribution to within terms that decay like exp(-2 pi^2 sigma^2) in sigma grid units
+(same paper), the approximation the rounded floating-point sampler this replaced relied
+on as well. Rounding towards zero, and the cuts, lose at most a few g <= C 2^-20 per entry:
+a few thousandths of the noise's standard deviation z C at the smallest z (1e-3), a few
+millionths at z = 1. An entry of the int64 sum grows by less than 2^21 per unit, so it
+cannot overflow below 2^42 (four trillion) units.
 
 Composition. The E-step of iteration t is a function of the unit's own data and of
 lambda_0..lambda_{t-1} only, and those are functions of the earlier noisy statistics and
@@ -251,6 +259,9 @@ from fdptm.privacy.noise import NoiseSource
 SUPPORTED_ADJACENCY = (Adjacency.AUTHOR, Adjacency.DOCUMENT)
 PRIVATE_CLIP = "private"
 
+CLIP_RANGE = Real(1e-12, 1e12, closed="both")
+"""Fixed clipping norms C accepted: the exact sum's grid is about C 2^-20 (``statistic_grid``),
+and its reciprocal and the noisy values times it must stay far from f64's limits."""
 PARAMETER_CONSTRAINTS = {
     "n_topics": N_TOPICS,
     "adjacency": param(
@@ -260,7 +271,10 @@ PARAMETER_CONSTRAINTS = {
     "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
     "iterations": ITERATIONS,
     "clip": param(
-        POSITIVE, OneOf((PRIVATE_CLIP,)), what=f"the per-unit L2 bound C, or {PRIVATE_CLIP!r}"
+        CLIP_RANGE,
+        OneOf((PRIVATE_CLIP,)),
+        what=f"the per-unit L2 bound C, or {PRIVATE_CLIP!r}",
+        hint="C is summed exactly on a grid of about C 2^-20",
     ),
     "clip_quantile": param(
         OPEN_FRACTION,
@@ -379,6 +393,7 @@ class DpViParams:
         d = dict(self.__dict__)
         d["adjacency"] = self.adjacency.value
         d["noise_std"] = None if self.clip is None else self.noise_std
+        d["statistic_grid"] = None if self.clip is None else statistic_grid(self.clip)
         if self.clip is None:
             d["clip"] = "private"
             d["clip_rho"] = self.clip_rho
@@ -753,7 +768,6 @@ def shard_statistic(
     data, lo = shard.data, shard.start - shard.offset
     partial = np.zeros(beta.shape, dtype=np.int64)
     norms = np.zeros(shard.stop - shard.start)
-    units = clip / statistic_grid(clip)
     if gammas is None:
         gammas = np.empty((0, beta.shape[1]), dtype=np.float32)
     vi.clipped_statistics(
@@ -771,7 +785,7 @@ def shard_statistic(
         included[shard.offset : shard.offset + data.n_units],
         clip,
         1.0 / statistic_grid(clip),
-        math.floor(units) ** 2,
+        unit_bound(clip) ** 2,
         partial,
         norms,
         gammas,
@@ -796,12 +810,20 @@ def warm_shard_statistic(
 
 def statistic_grid(clip: float) -> float:
     """The grid g of the exact sum: the power of two with C / g in [2^GRID_BITS,
-    2^(GRID_BITS + 1)) (a public function of C). Each unit adds floor(clip(S_u) / g)
-    entry by entry, so a unit moves the sum by at most floor(C / g) grid units in L2, and
-    rounding towards zero loses less than g <= C 2^-GRID_BITS per entry, against noise of
-    standard deviation z C."""
+    2^(GRID_BITS + 1)) (a public function of C; C within ``CLIP_RANGE``). Each unit adds
+    its clipped term in whole grid units, rounded towards zero, with L2 norm at most
+    ``unit_bound(C)`` units."""
+    if not CLIP_RANGE.accepts(clip):
+        raise ValueError(f"the clipping norm {clip!r} is outside {CLIP_RANGE.describe()}")
     _, exponent = math.frexp(clip)  # clip = m 2^exponent, 1/2 <= m < 1
     return math.ldexp(1.0, exponent - GRID_BITS - 1)
+
+
+def unit_bound(clip: float) -> int:
+    """floor(C / g): the largest L2 norm, in grid units, of one unit's term of the exact sum
+    (the kernel checks each term against its square), and so the integer sum's L2
+    sensitivity, which the noise is calibrated to."""
+    return math.floor(clip / statistic_grid(clip))
 
 
 def placed_shards(data: VariationalCorpus, shape: tuple[int, int]) -> Placed:
@@ -884,8 +906,8 @@ def noisy_statistics(
     included = sample_units(noise.generator, data.n_units, params.sampling_rate)
     stats, _ = clipped_statistics(data, beta, params, included, placed, warm)
     grid = statistic_grid(params.clip)
-    units = params.clip / grid  # exact: grid is a power of two
-    noisy = noise.add_integer_gaussian(stats, params.noise_multiplier * units, math.floor(units))
+    scale = params.noise_multiplier * params.clip / grid  # z C in grid units (g: a power of 2)
+    noisy = noise.add_integer_gaussian(stats, scale, unit_bound(params.clip))
     return noisy * grid, included
 
 

@@ -87,7 +87,6 @@ from fdptm.mechanisms import dp_vi
 from fdptm.mechanisms.constraints import (
     NON_NEGATIVE,
     OPEN_FRACTION,
-    POSITIVE,
     Integer,
     ListOf,
     OneOf,
@@ -133,7 +132,8 @@ PARAMETER_CONSTRAINTS = {
     "tune_iterations": param(ListOf((Integer(1),)), what="the grid of dp-vi iterations"),
     "tune_thresholds": param(ListOf((NON_NEGATIVE,)), what="the grid of dp-vi thresholds"),
     "tune_clips": param(
-        ListOf((POSITIVE, OneOf((PRIVATE_CLIP,)))), what="the grid of dp-vi clipping norms"
+        ListOf((dp_vi.CLIP_RANGE, OneOf((PRIVATE_CLIP,)))),
+        what="the grid of dp-vi clipping norms",
     ),
     "mean_trials": param(
         Real(1.0, closed="left"), what="the mean of the geometric number of trials"
