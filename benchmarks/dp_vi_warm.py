@@ -168,6 +168,8 @@ def main() -> None:
 
 
 def render(r: dict) -> str:
+    from dp_vi_threshold import _m, _pair  # the threshold benchmark's paired-seed cells
+
     m = r["machine"]
     cold = r["runs"].get("1")
     lines = [
@@ -208,9 +210,9 @@ def render(r: dict) -> str:
     for row in r["pheme"]:
         s, vs = row["summary"], row.get("vs_first", {})
         lines.append(
-            f"| {row['epsilon']:g} | {row['warm_start']:g} | {_spread(s['npmi'])} | "
+            f"| {row['epsilon']:g} | {row['warm_start']:g} | {_m(s, 'npmi', '.3f')} | "
             f"{s['above_floor']['median']:g} | {s['seconds']['median']:.1f} | "
-            f"{_pair(vs.get('npmi'))} | {_pair(vs.get('loglik'))} |"
+            f"{_pair(vs.get('npmi'), '+.3f')} | {_pair(vs.get('loglik'), '+.3f')} |"
         )
     lines += [
         "",
@@ -222,19 +224,6 @@ def render(r: dict) -> str:
     for warm, cosines in r["recovery"].items():
         lines.append(f"| {warm} | {', '.join(f'{c:.4f}' for c in cosines)} | {min(cosines):.4f} |")
     return "\n".join(lines) + "\n"
-
-
-def _spread(v: dict) -> str:
-    return f"{v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}]"
-
-
-def _pair(p: dict | None) -> str:
-    if not p or not p.get("n"):
-        return ""
-    return (
-        f"{p['median']:+.3f} [{p['min']:+.3f}, {p['max']:+.3f}]; {p['positive']}/{p['n']} > 0, "
-        f"p = {p['sign_p']:.2g}"
-    )
 
 
 if __name__ == "__main__":
