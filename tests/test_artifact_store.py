@@ -28,11 +28,15 @@ RELEASE += ["--topics", "2", "--iterations", "5", "--seed", "3", "--no-progress"
 
 
 def fdptm(workspace: Workspace, endpoint: str, *args: str) -> subprocess.CompletedProcess:
-    """``fdptm ARGS`` in a child process with the test store's credentials and endpoint."""
+    """``fdptm ARGS`` in a child process with the test store's credentials and endpoint.
+
+    botocore tries each request once (``AWS_MAX_ATTEMPTS``): against an endpoint that is
+    down, its default retries with back-off only make the test slower, not different."""
     from prefect.settings import PREFECT_API_URL
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "AWS_"))}
     env.update(S3_CREDENTIALS, AWS_ENDPOINT_URL=endpoint, PREFECT_API_URL=PREFECT_API_URL.value())
+    env.update(AWS_MAX_ATTEMPTS="1", AWS_RETRY_MODE="standard")
     return subprocess.run(
         [sys.executable, "-m", "fdptm.cli", *args, "--workspace", str(workspace.root)],
         env=env,

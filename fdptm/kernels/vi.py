@@ -196,10 +196,10 @@ def clipped_statistics(
     rounds towards zero), after checking in exact integer arithmetic that
     sum q_u^2 <= ``limit`` (the caller's floor(C per_unit)^2); when it fails (routinely
     when C per_unit is not a whole number, or by float rounding in the norm or in f), f is
-    cut by 2^-20 until the check passes. So every
-    unit's term has L2 norm at most sqrt(limit) grid units, whatever the rounding, and
-    ``stats`` (int64) sums the terms exactly: no rounding of the sum depends on which other
-    units are present, or on the order of the sum. Units with ``included[u]`` False are
+    cut by 2^-20 until the check passes. So every unit's term has L2 norm at most
+    sqrt(limit) grid units, whatever the rounding, and ``stats`` (int64) sums the terms
+    exactly: no rounding of the sum depends on which other units are present, or on the
+    order of the sum. Units with ``included[u]`` False are
     skipped entirely (their ``norms`` entry is left as is). ``stats`` is accumulated into,
     not reset.
     """
