@@ -33,7 +33,9 @@ from pydantic import (
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, parse_option
 
-SetUnionPolicy = Literal["weighted", "policy-laplace", "policy-gaussian"]
+SetUnionPolicy = Literal[
+    "weighted", "policy-laplace", "policy-gaussian", "uniform-laplace", "uniform-gaussian"
+]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
 LastWindow = Literal["last-day", "last-week", "last-month"]
 SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")

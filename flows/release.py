@@ -51,13 +51,15 @@ def preprocess_task(spec: RunSpec, show: bool, dask_address: str | None = None) 
 
 
 @task(name="bound-contributions", cache_policy=NO_CACHE, **IO_RETRIES)
-def bound_task(spec: RunSpec, tokens: list[dict]) -> dict:
-    return lifecycle.run_stage(spec, "bounding", stages.bound, tokens)
+def bound_task(spec: RunSpec, tokens: list[dict], dask_address: str | None = None) -> dict:
+    return lifecycle.run_stage(spec, "bounding", stages.bound, tokens, dask_address=dask_address)
 
 
 @task(name="m1-vocabulary", cache_policy=NO_CACHE, retries=0)
-def vocabulary_task(spec: RunSpec, bounded: dict) -> dict:
-    return lifecycle.run_stage(spec, "vocabulary", stages.vocabulary, bounded)
+def vocabulary_task(spec: RunSpec, bounded: dict, dask_address: str | None = None) -> dict:
+    return lifecycle.run_stage(
+        spec, "vocabulary", stages.vocabulary, bounded, dask_address=dask_address
+    )
 
 
 @task(name="sanitize", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -118,9 +120,10 @@ class ReleaseOutcome:
 def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = None) -> dict:
     """PRE -> bounding -> M1 -> SAN -> M2 (-> baseline) -> publish, then the outcome.
 
-    ``dask_address``: PRE's chunks, SAN's batches and M2's data-parallel work (``dp-vi``'s
-    statistics) run on that Dask cluster's workers; bounding, M1, the noise and publishing
-    run in this process.
+    ``dask_address``: PRE's chunks, bounding's ranking of the authors over the cap, M1's
+    per-author work (ranges of authors), SAN's batches and M2's data-parallel work
+    (``dp-vi``'s statistics) run on that Dask cluster's workers; reading the tokens, M1's
+    encoding and sequential pass, the noise and publishing run in this process.
 
     The run logs (Prefect's run logger: the UI, and Python's logging) name the run, its
     stages and its public budget, never a document, a word or a count of private data.
@@ -137,8 +140,8 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
     )
     try:
         tokens = preprocess_task(spec, show_progress, dask_address)
-        bounded = bound_task(spec, tokens)
-        vocab = vocabulary_task(spec, bounded)
+        bounded = bound_task(spec, tokens, dask_address)
+        vocab = vocabulary_task(spec, bounded, dask_address)
         log.info("run %s: vocabulary selected (%s)", spec.run_id, spec.vocabulary_selection)
         san = sanitize_task(spec, bounded, vocab, dask_address)
         running.prefetch("great_expectations")  # the publish checks' import, during M2

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import siphash
-from fdptm.parallel import cap_numba
+from fdptm.parallel import cap_numba, stream_map
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,17 @@ def _keys(seed: int, authors: pa.ChunkedArray, docs: pa.ChunkedArray) -> np.ndar
     return siphash.hash_strings(k0, k1, data, offsets)
 
 
+RANGE_ROWS = 1 << 20
+"""Rows per range of authors over the cap (an author is never split; data-dependent only)."""
+
+
 def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table:
-    """Apply both caps to a (doc_id, author_id, tokens) table; the schema is unchanged."""
+    """Apply both caps to a (doc_id, author_id, tokens) table; the schema is unchanged.
+
+    The documents of the authors over the cap are ranked per range of those authors
+    (``fdptm.parallel.stream_map``: in this process, or on the Dask cluster of
+    ``on_cluster``, each range with all its authors' documents), and only their kept row
+    numbers come back; the other authors keep every document without being hashed."""
     if tokens.num_rows == 0:
         return tokens
     authors = pc.dictionary_encode(tokens.column("author_id")).combine_chunks()
@@ -60,7 +69,7 @@ def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table
     if sizes.max() <= bounds.max_docs_per_author:  # every document is kept: nothing to rank
         kept = tokens
     else:
-        kept = tokens.take(pa.array(_sample(tokens, codes, bounds, seed)))
+        kept = tokens.take(pa.array(_sample(tokens, codes, sizes, bounds, seed)))
     longest = pc.max(pc.list_value_length(kept.column("tokens"))).as_py() or 0
     if longest <= bounds.max_tokens_per_doc:  # no document is cut: no copy of the tokens
         return kept
@@ -68,13 +77,43 @@ def bound_contributions(tokens: pa.Table, bounds: Bounds, seed: int) -> pa.Table
     return kept.set_column(kept.schema.get_field_index("tokens"), "tokens", limited)
 
 
-def _sample(tokens: pa.Table, codes: np.ndarray, bounds: Bounds, seed: int) -> np.ndarray:
+def _sample(
+    tokens: pa.Table, codes: np.ndarray, sizes: np.ndarray, bounds: Bounds, seed: int
+) -> np.ndarray:
     """Row numbers of each author's ``max_docs_per_author`` documents of smallest key, in
     their original order."""
-    keys = _keys(seed, tokens.column("author_id"), tokens.column("doc_id"))
+    over = sizes > bounds.max_docs_per_author
+    rows = np.flatnonzero(over[codes])
+    rows = rows[np.argsort(codes[rows], kind="stable")]  # by author, each in row order
+    ends = np.cumsum(sizes[over])  # where each over-cap author's rows end in ``rows``
+    pieces, start = [], 0
+    while start < len(rows):
+        last_fitting = np.searchsorted(ends, start + RANGE_ROWS, side="right") - 1
+        stop = int(ends[max(last_fitting, np.searchsorted(ends, start, side="right"))])
+        part = rows[start:stop]
+        pieces.append(
+            pa.table(
+                {
+                    "row": part,
+                    "author": codes[part],
+                    "author_id": tokens.column("author_id").take(part),
+                    "doc_id": tokens.column("doc_id").take(part),
+                }
+            )
+        )
+        start = stop
+    ranked = stream_map(_ranked, pieces, bounds.max_docs_per_author, seed)
+    return np.sort(np.concatenate([np.flatnonzero(~over[codes]), *ranked]))
+
+
+def _ranked(part: pa.Table, cap: int, seed: int) -> np.ndarray:
+    """The rows of ``part`` (whole authors, each author's rows in order) that are among
+    their author's ``cap`` of smallest key."""
+    keys = _keys(seed, part.column("author_id"), part.column("doc_id"))
+    codes = part.column("author").to_numpy()
     order = np.lexsort((keys, codes))
     sorted_codes = codes[order]
     starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
     group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     rank = np.arange(len(order)) - group_start
-    return np.sort(order[rank < bounds.max_docs_per_author])
+    return part.column("row").to_numpy()[order[rank < cap]]

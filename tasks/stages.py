@@ -225,19 +225,23 @@ def scoped_tokens(spec: RunSpec, token_artifacts: list[dict]) -> pa.Table:
     return tokens.drop_columns(["day"])
 
 
-def bound(spec: RunSpec, token_artifacts: list[dict]) -> dict:
+def bound(spec: RunSpec, token_artifacts: list[dict], *, dask_address: str | None = None) -> dict:
     """Contribution bounding of the run's documents (internal artifact), inside its scope:
     a document outside it never affects what the run keeps (``storage.ledger``, "Parallel
-    composition")."""
+    composition"). With ``dask_address`` the authors over the cap are ranked on that Dask
+    cluster's workers (``bound_contributions``)."""
     if done := stored(spec, "bounded_tokens"):
         return done
     tokens = scoped_tokens(spec, token_artifacts)
-    bounded = bound_contributions(tokens, spec.bounds, spec.bounding_seed)
+    with on_cluster(dask_address):
+        bounded = bound_contributions(tokens, spec.bounds, spec.bounding_seed)
     return _save(spec, "bounding", "bounded_tokens", bounded, "internal")
 
 
-def vocabulary(spec: RunSpec, bounded: dict) -> dict:
+def vocabulary(spec: RunSpec, bounded: dict, *, dask_address: str | None = None) -> dict:
     """The release's vocabulary by ``spec.vocabulary_selection``, a DP output or public.
+    With ``dask_address`` DP set union's per-author work runs on that Dask cluster's
+    workers (``fdptm.mechanisms.set_union.select_units``).
 
     ``set-union``: DP set union of the private words. With a public vocabulary (read first:
     public data): ``none``, its most frequent words, no private data read and no charge;
@@ -255,9 +259,10 @@ def vocabulary(spec: RunSpec, bounded: dict) -> dict:
     noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
-    chosen = spec.vocabulary_mechanism.select(
-        encoded_tokens(spec, bounded), public, params, spec.vocabulary_size, noise
-    )
+    with on_cluster(dask_address):
+        chosen = spec.vocabulary_mechanism.select(
+            encoded_tokens(spec, bounded), public, params, spec.vocabulary_size, noise
+        )
     if chosen.prior is not None:
         prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")

@@ -9,8 +9,9 @@ request's ``--m1`` choice to it; ``none`` is no M1 (no private token read, no ch
 Two ways, by the run's vocabulary source:
 
 * No public vocabulary: each author's distinct words (the tokens encoded batch by batch as
-  integer codes, ``encode_tokens``, then numba per author in ``unit_items``: memory follows
-  the tokens as 4-byte codes and the distinct (author, word) pairs) go through DP set union
+  integer codes, ``encode_tokens``, in this process; then per range of authors, numba in
+  ``fdptm.mechanisms.set_union.unit_ranges``, locally or on the Dask cluster: memory follows
+  the tokens as 4-byte codes and the kept (author, word) pairs) go through DP set union
   (``fdptm.mechanisms.set_union``).
 * A public vocabulary (``tasks.public_vocabulary``): each unit's counts of the public words
   go through the Bayesian public-prior mechanism (``fdptm.mechanisms.bayesian_prior``), which
@@ -34,7 +35,12 @@ import pyarrow.compute as pc
 
 from fdptm.mechanisms import bayesian_prior
 from fdptm.mechanisms.bayesian_prior import BayesianPriorParams, UnitCounts
-from fdptm.mechanisms.set_union import SetUnionParams, select, set_union_params, unit_items
+from fdptm.mechanisms.set_union import (
+    SetUnionParams,
+    select_units,
+    set_union_params,
+    unit_ranges,
+)
 from fdptm.privacy.noise import NoiseSource
 from fdptm.tasks.public_vocabulary import PublicVocabulary
 
@@ -103,8 +109,9 @@ def select_vocabulary(
         word_idx = word_idx[kept]
     if not len(word_idx):
         return []
-    table = unit_items(encoded.doc_author, doc_ptr, word_idx, len(dictionary))
-    selected = select(table, params, noise)
+    n_items, n_authors = len(dictionary), int(encoded.doc_author.max()) + 1
+    ranges = unit_ranges(encoded.doc_author, doc_ptr, word_idx, n_items)
+    selected = select_units(ranges, n_authors, n_items, params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
 
 

@@ -84,3 +84,31 @@ def test_authors_within_the_cap_keep_every_document_in_order():
     out = bound_contributions(_table(ROWS), Bounds(max_docs_per_author=10, max_tokens_per_doc=2), 3)
     assert out.column("doc_id").to_pylist() == [r[0] for r in ROWS]
     assert out.column("tokens").to_pylist() == [r[2][:2] for r in ROWS]
+
+
+def _reference_sample(table: pa.Table, cap: int, seed: int) -> list[str]:
+    """Each author's ``cap`` documents of smallest key over the whole table, in row order:
+    the definition, with every row hashed at once."""
+    keys = _keys(seed, table.column("author_id"), table.column("doc_id")).tolist()
+    authors = table.column("author_id").to_pylist()
+    kept = set()
+    for author in set(authors):
+        rows = [i for i, a in enumerate(authors) if a == author]
+        kept |= set(sorted(rows, key=lambda i: (keys[i], i))[:cap])
+    return [table.column("doc_id")[i].as_py() for i in sorted(kept)]
+
+
+def test_ranking_by_ranges_of_authors_equals_the_definition(monkeypatch):
+    """The authors over the cap are ranked per range of authors (the unit of work that runs
+    on a Dask cluster); whatever the ranges, the kept documents are the definition's.
+    Authors of very different sizes (1 to 60 documents), interleaved rows."""
+    from fdptm.tasks import bounding
+
+    rng = np.random.default_rng(11)
+    authors = [f"u{a}" for a in rng.zipf(1.6, 900) % 40]
+    table = _table([(f"doc{i}", a, ["w"]) for i, a in enumerate(authors)])
+    expected = _reference_sample(table, 5, 77)
+    for rows in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(bounding, "RANGE_ROWS", rows)
+        out = bound_contributions(table, Bounds(max_docs_per_author=5), 77)
+        assert out.column("doc_id").to_pylist() == expected, rows

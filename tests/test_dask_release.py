@@ -1,7 +1,8 @@
-"""The release on a Dask cluster (issue 13, item 4): PRE's chunks and SAN's batches are
-mapped over the workers of a real two-process ``LocalCluster``, and ``dp-vi`` keeps each
-range of units on a worker and adds the returned clipped sums in range order, so a seeded
-release equals the local one byte for byte."""
+"""The release on a Dask cluster (issue 13, item 4): PRE's chunks, bounding's ranking of
+the authors over the cap, M1's ranges of authors and SAN's batches are mapped over the
+workers of a real two-process ``LocalCluster``, and ``dp-vi`` keeps each range of units on
+a worker and adds the returned clipped sums in range order, so a seeded release equals the
+local one byte for byte."""
 
 from __future__ import annotations
 
@@ -127,13 +128,29 @@ def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
                 }
             )
 
+    import json
+
+    texts = json.loads(pheme_raw.read_text())["text"]
+    authored = tmp_path / "authored.jsonl"  # PHEME's tweets under 1,500 made-up authors
+    authored.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "text": t, "user": f"u{i % 1500}"}) + "\n"
+            for i, t in enumerate(texts)
+        )
+    )
     before = prefixes()
     files = {}
     for arm, address in (("local", None), ("dask", cluster)):
         dataset = fdptm.Workspace(tmp_path / arm).dataset("pheme")
-        dataset.ingest(pheme_raw)
+        dataset.ingest(authored, author_column="user", id_column="id")
         release = dataset.release(
-            epsilon=3, delta=1e-6, topics=5, iterations=5, seed=7, dask_address=address
+            epsilon=3,
+            delta=1e-6,
+            topics=5,
+            iterations=5,
+            seed=7,
+            max_docs_per_author=2,  # authors over the cap: bounding ranks on the workers
+            dask_address=address,
         )
         root = tmp_path / arm / "releases" / release.run_id
         files[arm] = {
@@ -142,8 +159,50 @@ def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
         }
     assert files["local"] == files["dask"]
     after = prefixes()
-    for name in ("worker_chunk", "sanitize", "shard_statistic"):  # PRE, SAN, M2 ran there
+    # PRE, bounding, M1 (DP set union's ranges of authors), SAN and M2 ran there
+    for name in ("worker_chunk", "ranked", "truncated", "sanitize", "shard_statistic"):
         assert after.get(name, 0) > before.get(name, 0), name
+
+
+@pytest.mark.parametrize("policy", ["weighted", "uniform-gaussian"])
+def test_set_union_over_ranges_on_the_cluster_equals_the_local_one(cluster, policy, monkeypatch):
+    from fdptm.mechanisms import set_union
+    from fdptm.privacy.noise import NoiseSource
+
+    rng = np.random.default_rng(12)
+    doc_author = rng.integers(0, 900, 4000)
+    doc_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 14, 4000))])
+    items = (rng.zipf(1.4, doc_ptr[-1]) % 200).astype(np.int32)
+    monkeypatch.setattr(set_union, "RANGE_AUTHORS", 100)  # nine ranges
+    params = set_union.set_union_params(policy, 2.0, 1e-6, max_items=7)
+    chosen = {}
+    for arm, address in (("local", None), ("dask", cluster)):
+        with on_cluster(address):
+            parts = set_union.unit_ranges(doc_author, doc_ptr, items, 200)
+            chosen[arm] = set_union.select_units(parts, 900, 200, params, NoiseSource.create(4))
+    assert len(chosen["local"]) > 0 and np.array_equal(chosen["local"], chosen["dask"])
+
+
+def test_bounding_on_the_cluster_equals_the_local_one(cluster, monkeypatch):
+    import pyarrow as pa
+
+    from fdptm.tasks import bounding
+
+    rng = np.random.default_rng(13)
+    authors = [f"a{a}" for a in rng.zipf(1.5, 3000) % 60]
+    table = pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(3000)],
+            "author_id": authors,
+            "tokens": pa.array([["w"] * (i % 5) for i in range(3000)], pa.list_(pa.string())),
+        }
+    )
+    monkeypatch.setattr(bounding, "RANGE_ROWS", 200)
+    caps = bounding.Bounds(max_docs_per_author=4, max_tokens_per_doc=2)
+    local = bounding.bound_contributions(table, caps, 99)
+    with on_cluster(cluster):
+        remote = bounding.bound_contributions(table, caps, 99)
+    assert local.num_rows < table.num_rows and local.equals(remote)
 
 
 def test_a_stream_maps_in_order_on_the_cluster_reading_items_as_results_return(cluster):

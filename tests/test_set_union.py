@@ -10,13 +10,17 @@ from scipy import stats
 
 from fdptm.kernels import set_union as kernels
 from fdptm.mechanisms.set_union import (
+    POLICIES,
     AuthorItems,
     analytic_gaussian_sigma,
     author_items,
     gaussian_threshold,
     laplace_threshold,
     select,
+    select_units,
     set_union_params,
+    unit_items,
+    unit_ranges,
     weighted_threshold,
 )
 from fdptm.privacy.noise import NoiseSource
@@ -237,3 +241,97 @@ def test_most_frequent_first_equals_the_reorder_by_the_global_key():
         assert np.array_equal(ours.offsets, reference.offsets)
         assert np.array_equal(ours.items, reference.items)
         assert np.array_equal(ours.counts, reference.counts)
+
+
+def _documents(seed: int, n_docs: int = 3000, n_authors: int = 700, n_items: int = 120):
+    rng = np.random.default_rng(seed)
+    doc_author = rng.integers(0, n_authors, n_docs)
+    doc_ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 14, n_docs))])
+    items = (rng.zipf(1.4, doc_ptr[-1]) % n_items).astype(np.int32)
+    return doc_author, doc_ptr, items, n_items
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ranges_of_authors_select_what_one_grouped_table_selects(policy, monkeypatch):
+    """M1's per-author work runs per range of authors (on Dask, one range per task); the
+    seeded selection is the same whatever the ranges' sizes, and equals ``select`` on the
+    table of all authors grouped at once."""
+    from fdptm.mechanisms import set_union
+
+    doc_author, doc_ptr, items, n_items = _documents(8)
+    params = set_union_params(policy, 3.0, 1e-5, max_items=6)
+    whole = select(unit_items(doc_author, doc_ptr, items, n_items), params, NoiseSource.create(3))
+    assert len(whole) > 0
+    n_authors = int(doc_author.max()) + 1
+    for authors, tokens in ((1 << 16, 1 << 23), (50, 1 << 23), (1 << 16, 300), (1, 1)):
+        monkeypatch.setattr(set_union, "RANGE_AUTHORS", authors)
+        monkeypatch.setattr(set_union, "RANGE_TOKENS", tokens)
+        parts = list(unit_ranges(doc_author, doc_ptr, items, n_items))
+        assert np.array_equal(
+            np.concatenate([np.diff(p.unit_ptr) for p in parts]),
+            np.bincount(doc_author, minlength=n_authors),
+        )
+        chosen = select_units(parts, n_authors, n_items, params, NoiseSource.create(3))
+        if policy.startswith("policy-") and len(parts) > 1:
+            continue  # their random subsets are drawn per range: other (equally random) sets
+        assert np.array_equal(chosen, whole), (authors, tokens)
+
+
+@pytest.mark.parametrize("policy,norm", [("uniform-laplace", 1), ("uniform-gaussian", 2)])
+def test_uniform_weights_are_exact_integers_of_norm_at_most_one_per_author(policy, norm):
+    """Each author's vector is a multiple of 2^-20 of l1 (l2) norm <= 1, checked in
+    integer arithmetic, and the histogram is their exact sum: removing an author removes
+    exactly their vector."""
+    from fdptm.mechanisms.set_union import UNIFORM_GRID, uniform_weights
+
+    doc_author, doc_ptr, items, n_items = _documents(9, n_docs=800, n_authors=150)
+    table = unit_items(doc_author, doc_ptr, items, n_items)
+    tiebreak = np.random.default_rng(1).permutation(n_items)
+    total = uniform_weights(table, policy, 5, tiebreak, 0)
+    for author in range(0, table.n_authors, 7):
+        one = _without(table, author)
+        alone = AuthorItems(
+            np.array([0, table.offsets[author + 1] - table.offsets[author]]),
+            table.items[table.offsets[author] : table.offsets[author + 1]],
+            table.counts[table.offsets[author] : table.offsets[author + 1]],
+            n_items,
+        )
+        vector = uniform_weights(alone, policy, 5, tiebreak, 0)
+        assert np.array_equal(total - uniform_weights(one, policy, 5, tiebreak, 0), vector)
+        size = int(np.count_nonzero(vector))
+        assert size == min(5, len(alone.items))
+        if norm == 1:
+            assert int(vector.sum()) <= UNIFORM_GRID
+        else:
+            assert sum(int(v) ** 2 for v in vector) <= UNIFORM_GRID**2
+            # the largest grid value with that bound: one step more would exceed it
+            step = int(vector.max()) + 1
+            assert size and size * step**2 > UNIFORM_GRID**2
+
+
+def test_uniform_thresholds_are_gopis_and_have_no_cutoff():
+    eps, delta, d0 = 2.0, 1e-6, 30
+    lap = set_union_params("uniform-laplace", eps, delta, max_items=d0)
+    assert lap.rho == laplace_threshold(eps, delta, d0) and lap.gamma is None
+    assert lap.noise == "laplace" and lap.noise_scale == 1 / eps
+    gauss = set_union_params("uniform-gaussian", eps, delta, max_items=d0)
+    assert gauss.noise_scale == analytic_gaussian_sigma(eps, delta / 2)
+    assert gauss.rho == gaussian_threshold(gauss.noise_scale, delta, d0) and gauss.gamma is None
+    from fdptm.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="at most 1048576 items"):
+        set_union_params("uniform-laplace", eps, delta, max_items=(1 << 20) + 1)
+
+
+def test_uniform_laplace_release_probability_matches_the_laplace_tail():
+    """n authors with the one word each add 1 (s = 1): released with probability
+    P[n + Lap(1/eps) > rho] = exp(-eps (rho - n)) / 2."""
+    eps, delta = 1.0, 1e-3
+    params = set_union_params("uniform-laplace", eps, delta, max_items=1)
+    n_authors = math.floor(params.rho)
+    table = author_items(np.arange(n_authors), np.zeros(n_authors, int), 1)
+    p = 0.5 * math.exp(-eps * (params.rho - n_authors))
+    trials = 4000
+    hits = sum(len(select(table, params, NoiseSource.create(2000 + i))) for i in range(trials))
+    sd = math.sqrt(trials * p * (1 - p))
+    assert abs(hits - trials * p) < 4.5 * sd, (hits, trials * p)

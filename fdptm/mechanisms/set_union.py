@@ -35,28 +35,56 @@ Three policies (FDPTM paper refs [7] and [13]):
   analytic Gaussian mechanism (Balle & Wang 2018) for (epsilon, delta/2), threshold
   rho_Gauss spending the other delta/2, Gamma = rho + alpha sigma.
 
-For the two policies of Gopi et al. every candidate word has positive weight, so noising
-all candidates is the same as noising the support, as in their algorithm.
+* ``uniform-laplace`` and ``uniform-gaussian`` (Gopi et al., section 3, the "Weighted
+  Laplace" and "Weighted Gaussian" baselines they improve on, after Korolova et al. 2009
+  and Wilson et al. 2020): no cut-off and no sequential update; each author spreads a
+  weight of norm 1 evenly over their kept items, 1/s each (l1) or 1/sqrt(s) each (l2) for
+  s kept items, here rounded down to multiples of 2^-20 so the norm bound holds exactly and
+  the histogram is an exact int64 sum. The kept items are the author's Delta0 most frequent
+  (random ties), a per-author function, where Gopi et al. take a random subset; either way
+  an author's contribution depends on their own data and public randomness only. Privacy
+  is the policies' argument without the cut-off: on the items two neighbours share, the
+  histograms differ by one author's vector (l1 or l2 norm <= 1: Laplace(1/eps), or the
+  analytic Gaussian at (eps, delta/2)); the added author's t <= Delta0 items that no other
+  author holds each carry at most 1/t (l1) or 1/sqrt(t) (l2), since t <= s, so rho_Lap and
+  rho_Gauss bound the probability that any of them is released by delta (Gopi et al.,
+  Theorems 3.1 and 4.1 use the same bound). Their weights are independent across authors,
+  so on a Dask cluster they reduce to one vocabulary-length vector per range of authors;
+  they release fewer words than the sequential policies at the same budget (an author's
+  weight is not steered to the words that need it: benchmarks/m1_uniform.md).
+
+For the two policies of Gopi et al. and the uniform ones every candidate word has positive
+weight, so noising all candidates is the same as noising the support, as in their algorithm.
 
 alpha = 3 by default (Carvalho et al.; FDPTM section 4.4). Authors are visited in a
 uniformly random order, which does not depend on the data.
+
+Where it runs: the per-author work (distinct words, the Delta0 truncation, the uniform
+weights) is mapped over fixed ranges of consecutive authors (``unit_ranges``), in this
+process or on the Dask cluster of ``fdptm.parallel.on_cluster``; the sequential visit, the
+noise and the threshold run in the calling process. The ranges depend on the data only, so
+a seeded selection is the same wherever the ranges ran.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import randomgen
 from scipy.special import log_ndtr, ndtr, ndtri
 
+from fdptm.errors import BadInputError
 from fdptm.kernels import set_union as kernels
 from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import POSITIVE, Integer, OneOf, param, validate_params
-from fdptm.parallel import cap_numba
+from fdptm.parallel import cap_numba, stream_map
 from fdptm.privacy.noise import NoiseSource
 
-POLICIES = ("weighted", "policy-laplace", "policy-gaussian")
+UNIFORM_POLICIES = ("uniform-laplace", "uniform-gaussian")
+POLICIES = ("weighted", "policy-laplace", "policy-gaussian", *UNIFORM_POLICIES)
 MAX_LAPLACE_DELTA = 0.5
 PARAMETER_CONSTRAINTS = {
     "policy": param(OneOf(POLICIES), what="the set-union policy"),
@@ -76,7 +104,8 @@ class SetUnionParams:
     alpha: float
     max_items: int
     rho: float
-    gamma: float
+    gamma: float | None
+    """The cut-off of the sequential policies (None for the uniform ones: no cut-off)."""
     noise: str
     noise_scale: float
 
@@ -149,26 +178,24 @@ def set_union_params(
     share of delta is capped at 1/2 (``MAX_LAPLACE_DELTA``): the mechanism uses, and its
     params state, less delta than it was given, never an unproven threshold.
     """
-    if policy in ("weighted", "policy-laplace"):
+    uniform = policy in UNIFORM_POLICIES
+    if uniform and max_items > UNIFORM_GRID:
+        raise BadInputError(
+            f"the uniform policies keep at most {UNIFORM_GRID} items per author (each kept "
+            f"item must get a positive weight on their grid), got {max_items}"
+        )
+    if policy in ("weighted", "policy-laplace", "uniform-laplace"):
         delta = min(delta, MAX_LAPLACE_DELTA)
         threshold = weighted_threshold if policy == "weighted" else laplace_threshold
         rho = threshold(epsilon, delta, max_items)
+        gamma = None if uniform else rho + alpha / epsilon
         return SetUnionParams(
-            policy,
-            epsilon,
-            delta,
-            alpha,
-            max_items,
-            rho,
-            rho + alpha / epsilon,
-            "laplace",
-            1.0 / epsilon,
+            policy, epsilon, delta, alpha, max_items, rho, gamma, "laplace", 1.0 / epsilon
         )
     sigma = analytic_gaussian_sigma(epsilon, delta / 2.0)
     rho = gaussian_threshold(sigma, delta, max_items)
-    return SetUnionParams(
-        policy, epsilon, delta, alpha, max_items, rho, rho + alpha * sigma, "gaussian", sigma
-    )
+    gamma = None if uniform else rho + alpha * sigma
+    return SetUnionParams(policy, epsilon, delta, alpha, max_items, rho, gamma, "gaussian", sigma)
 
 
 @dataclass(frozen=True)
@@ -207,6 +234,59 @@ def unit_items(
     return AuthorItems(offsets, items, counts, n_items)
 
 
+RANGE_AUTHORS = 1 << 16
+RANGE_TOKENS = 1 << 23
+"""A range of authors closes at this many authors or once it holds this many tokens (an
+author is never split). The ranges depend on the data only, never on the workers."""
+
+
+@dataclass(frozen=True)
+class UnitRange:
+    """Range ``index`` of consecutive authors, with their documents' items: author ``a``
+    of the range owns documents ``unit_ptr[a]:unit_ptr[a + 1]``, document ``d`` the items
+    ``items[doc_ptr[d]:doc_ptr[d + 1]]``. The unit of M1's per-author work (``select_units``)."""
+
+    index: int
+    unit_ptr: np.ndarray
+    doc_ptr: np.ndarray
+    items: np.ndarray
+    n_items: int
+
+    def grouped(self) -> AuthorItems:
+        """The range's authors' distinct items with their counts."""
+        docs = np.arange(len(self.doc_ptr) - 1, dtype=np.int64)
+        offsets, items, counts = distinct_per_unit(self.unit_ptr, docs, self.doc_ptr, self.items)
+        return AuthorItems(offsets, items, counts, self.n_items)
+
+
+def unit_ranges(
+    doc_author: np.ndarray, doc_ptr: np.ndarray, item_idx: np.ndarray, n_items: int
+) -> Iterator[UnitRange]:
+    """The authors 0 .. max(doc_author) cut into consecutive ``UnitRange`` s, built one at
+    a time (each holds a copy of its own documents' items only)."""
+    doc_author = np.asarray(doc_author, dtype=np.int64)
+    doc_ptr = np.asarray(doc_ptr, dtype=np.int64)
+    n_authors = int(doc_author.max()) + 1 if len(doc_author) else 0
+    lengths = np.diff(doc_ptr)
+    unit_docs = np.argsort(doc_author, kind="stable")
+    unit_ptr = np.zeros(n_authors + 1, dtype=np.int64)
+    np.cumsum(np.bincount(doc_author, minlength=n_authors), out=unit_ptr[1:])
+    tokens = np.zeros(n_authors + 1, dtype=np.int64)
+    np.cumsum(np.bincount(doc_author, weights=lengths, minlength=n_authors), out=tokens[1:])
+    start, index = 0, 0
+    while start < n_authors:
+        stop = int(np.searchsorted(tokens, tokens[start] + RANGE_TOKENS, side="right")) - 1
+        stop = min(max(stop, start + 1), start + RANGE_AUTHORS, n_authors)
+        docs = unit_docs[unit_ptr[start] : unit_ptr[stop]]
+        sizes = lengths[docs]
+        ptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        at = np.repeat(doc_ptr[docs] - ptr[:-1], sizes) + np.arange(ptr[-1])
+        items = np.ascontiguousarray(item_idx[at], dtype=np.int32)
+        yield UnitRange(index, unit_ptr[start : stop + 1] - unit_ptr[start], ptr, items, n_items)
+        start, index = stop, index + 1
+
+
 def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> AuthorItems:
     """Sort each author's items by ``primary`` (ascending, ties in the current order) and
     keep the first ``limit`` (numba, per author: no sort over every pair)."""
@@ -231,29 +311,115 @@ def _limit(limit: int | None) -> int:
     return -1 if limit is None else int(limit)
 
 
+UNIFORM_GRID = 1 << 20
+"""The uniform policies' weights are multiples of 1/UNIFORM_GRID, summed as integers."""
+
+
+def truncated(
+    part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray, key: int
+) -> AuthorItems:
+    """Each author's (at most) ``limit`` items of ``part`` that the policy lets contribute:
+    the most frequent first, ties by ``tiebreak[item]`` (``weighted``, ``uniform-*``), or a
+    uniformly random subset (``policy-*``: ChaCha20 under ``key``, a counter block of its
+    own per range). A per-author function given ``tiebreak`` and ``key``."""
+    index = part.index if isinstance(part, UnitRange) else 0
+    table = part.grouped() if isinstance(part, UnitRange) else part
+    if policy.startswith("policy-"):
+        chacha = randomgen.ChaCha(key=key, counter=index << 64, rounds=20)
+        return _reorder(table, np.random.Generator(chacha).random(len(table.items)), limit)
+    return _most_frequent_first(table, tiebreak, limit)
+
+
+def uniform_weights(
+    part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray, key: int
+) -> np.ndarray:
+    """The histogram of the uniform policies over ``part``'s authors, in units of
+    1/UNIFORM_GRID (int64): each of an author's s kept items gets floor(GRID / s)
+    (``uniform-laplace``: l1 norm <= 1) or floor(GRID / sqrt(s)) (``uniform-gaussian``:
+    l2 norm <= 1), rounded down so the norm bound is exact. The float64 bincount is exact
+    (every partial sum is an integer below 2^53: a range has at most 2^16 authors)."""
+    kept = truncated(part, policy, limit, tiebreak, key)
+    sizes = np.diff(kept.offsets)
+    distinct, inverse = np.unique(sizes, return_inverse=True)
+    grid = UNIFORM_GRID
+    if policy == "uniform-laplace":
+        per_size = [grid // int(s) if s else 0 for s in distinct]
+    else:
+        per_size = [math.isqrt(grid * grid // int(s)) if s else 0 for s in distinct]
+    weight = np.asarray(per_size, dtype=np.float64)[inverse]
+    hist = np.bincount(kept.items, weights=np.repeat(weight, sizes), minlength=kept.n_items)
+    return hist.astype(np.int64)
+
+
 def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np.ndarray:
-    """Run the policy and return the indices of the released items, sorted ascending.
+    """``select_units`` on authors already grouped into ``table`` (one range)."""
+    return select_units([table], table.n_authors, table.n_items, params, noise)
+
+
+def select_units(
+    parts: Iterable[UnitRange | AuthorItems],
+    n_authors: int,
+    n_items: int,
+    params: SetUnionParams,
+    noise: NoiseSource,
+) -> np.ndarray:
+    """Run the policy over the authors of ``parts`` (consecutive ranges, in order) and
+    return the indices of the released items, sorted ascending.
+
+    The per-author work (distinct items, the Delta0 truncation, and for the uniform policies
+    the weights) is ``fdptm.parallel.stream_map`` ped over the ranges: in this process, or
+    on the Dask cluster of ``on_cluster``. The sequential policies then visit the authors
+    here (their update depends on the histogram so far: Gopi et al. section 3, Carvalho et
+    al.); the uniform ones are a sum of independent per-author vectors, reduced exactly in
+    int64, so only one vocabulary-length vector per range comes back. The noise and the
+    threshold are applied here, once. The result does not depend on where the ranges ran.
 
     Every candidate (an item of some author's truncated set) gets noise, weight 0 included.
-
-    Randomness: the visiting order of authors, tie-breaks and the Delta0 subsample come from
-    ``noise`` as well, so a run is reproducible exactly when its noise source is seeded.
+    Randomness: the tie-breaks, the visiting order and the Delta0 subsamples come from
+    ``noise``, so a run is reproducible exactly when its noise source is seeded.
     """
     gen = noise.generator
-    tiebreak = gen.permutation(table.n_items)
-    if params.policy == "weighted":
-        # most frequent first; ties broken by a random (data-independent) order of items
-        ordered = _most_frequent_first(table, tiebreak, params.max_items)
-        kernel = kernels.weighted_greedy
+    tiebreak = gen.permutation(n_items)
+    policy = params.policy
+    if policy in UNIFORM_POLICIES:
+        total = np.zeros(n_items, dtype=np.int64)
+        for part in stream_map(uniform_weights, parts, policy, params.max_items, tiebreak, 0):
+            total += part
+        candidates = np.flatnonzero(total)
+        values = total[candidates] / UNIFORM_GRID
     else:
-        ordered = _reorder(table, gen.random(len(table.items)), params.max_items)
-        kernel = kernels.l1_descent if params.policy == "policy-laplace" else kernels.l2_descent
-    hist = np.zeros(table.n_items)
-    order = gen.permutation(table.n_authors)
-    kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
-    candidates = np.flatnonzero(np.bincount(ordered.items, minlength=table.n_items))
+        order = gen.permutation(n_authors)
+        key = int.from_bytes(gen.bytes(32), "little") if policy.startswith("policy-") else 0
+        ordered = _concat(
+            list(stream_map(truncated, parts, policy, params.max_items, tiebreak, key)), n_items
+        )
+        kernel = {
+            "weighted": kernels.weighted_greedy,
+            "policy-laplace": kernels.l1_descent,
+            "policy-gaussian": kernels.l2_descent,
+        }[policy]
+        hist = np.zeros(n_items)
+        kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
+        candidates = np.flatnonzero(np.bincount(ordered.items, minlength=n_items))
+        values = hist[candidates]
     if params.noise == "laplace":
-        noisy = noise.add_laplace(hist[candidates], params.noise_scale)
+        noisy = noise.add_laplace(values, params.noise_scale)
     else:
-        noisy = noise.add_gaussian(hist[candidates], params.noise_scale)
+        noisy = noise.add_gaussian(values, params.noise_scale)
     return candidates[noisy > params.rho]
+
+
+def _concat(parts: list[AuthorItems], n_items: int) -> AuthorItems:
+    """Consecutive ranges' tables as one (offsets rebased)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        empty = np.zeros(0, np.int32)
+        return AuthorItems(np.zeros(1, np.int64), empty, empty, n_items)
+    shifts = np.cumsum([0] + [len(p.items) for p in parts[:-1]])
+    offsets = np.concatenate(
+        [np.zeros(1, np.int64)] + [p.offsets[1:] + s for p, s in zip(parts, shifts, strict=True)]
+    )
+    items = np.concatenate([p.items for p in parts])
+    counts = np.concatenate([p.counts for p in parts])
+    return AuthorItems(offsets, items, counts, n_items)
