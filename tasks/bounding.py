@@ -102,13 +102,17 @@ def _sample(
             )
         )
         start = stop
-    ranked = stream_map(_ranked, pieces, bounds.max_docs_per_author, seed)
+    key = np.frombuffer(seed.to_bytes(16, "little", signed=False), dtype="<u8").copy()
+    ranked = stream_map(_ranked, pieces, bounds.max_docs_per_author, key)
     return np.sort(np.concatenate([np.flatnonzero(~over[codes]), *ranked]))
 
 
-def _ranked(part: pa.Table, cap: int, seed: int) -> np.ndarray:
+def _ranked(part: pa.Table, cap: int, key: np.ndarray) -> np.ndarray:
     """The rows of ``part`` (whole authors, each author's rows in order) that are among
-    their author's ``cap`` of smallest key."""
+    their author's ``cap`` of smallest key. The run's seed comes as ``key`` (its 16
+    little-endian bytes as uint64[2]): an array, so that on a Dask cluster it travels as
+    data, not inside a task's arguments on the scheduler."""
+    seed = int.from_bytes(key.astype("<u8").tobytes(), "little")
     keys = _keys(seed, part.column("author_id"), part.column("doc_id"))
     codes = part.column("author").to_numpy()
     order = np.lexsort((keys, codes))

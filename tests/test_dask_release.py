@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 import fdptm
 from fdptm.evaluation.synthetic import generate_lda
@@ -203,6 +204,72 @@ def test_bounding_on_the_cluster_equals_the_local_one(cluster, monkeypatch):
     with on_cluster(cluster):
         remote = bounding.bound_contributions(table, caps, 99)
     assert local.num_rows < table.num_rows and local.equals(remote)
+
+
+class _TaskSpecs(SchedulerPlugin):
+    """A scheduler plugin that keeps the repr of every task's specification it sees."""
+
+    name = "fdptm-task-specs"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        task = self.scheduler.tasks.get(key)
+        spec = None if task is None else task.run_spec
+        if spec is not None:  # the function's name and every argument as the scheduler holds it
+            self.seen.append(
+                f"{spec!r} {getattr(spec, 'args', '')!r} {getattr(spec, 'kwargs', '')!r}"
+            )
+
+
+def test_the_subsample_key_and_the_bounding_seed_never_enter_a_task_spec(cluster):
+    """The secrets the workers need (DP set union's ChaCha key for ``policy-*``, the
+    bounding seed) travel as scattered data, so the scheduler's task specifications (and
+    a failed task's log line) never hold them."""
+    import pyarrow as pa
+    from distributed import Client
+
+    from fdptm.mechanisms import set_union
+    from fdptm.privacy.noise import NoiseSource
+    from fdptm.tasks import bounding
+
+    with Client(cluster, set_as_default=False) as client:
+        client.register_plugin(_TaskSpecs())
+    rng = np.random.default_rng(14)
+    doc_author = rng.integers(0, 300, 1500)
+    doc_ptr = np.concatenate([[0], np.cumsum(rng.integers(1, 14, 1500))])
+    items = (rng.zipf(1.4, doc_ptr[-1]) % 100).astype(np.int32)
+    params = set_union.set_union_params("policy-gaussian", 2.0, 1e-6, max_items=3)
+    generator = NoiseSource.create(5).generator  # the draws select_units makes first
+    generator.permutation(100), generator.permutation(300)
+    words = np.frombuffer(generator.bytes(32), dtype="<u8")
+    seed = 2**62 + 987_654_321
+    table = pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(400)],
+            "author_id": [f"a{i % 7}" for i in range(400)],
+            "tokens": pa.array([["w"]] * 400, pa.list_(pa.string())),
+        }
+    )
+    with on_cluster(cluster):
+        parts = set_union.unit_ranges(doc_author, doc_ptr, items, 100)
+        set_union.select_units(parts, 300, 100, params, NoiseSource.create(5))
+        bounding.bound_contributions(table, bounding.Bounds(max_docs_per_author=3), seed)
+    with Client(cluster, set_as_default=False) as client:
+        seen = client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.plugins[_TaskSpecs.name].seen
+        )
+        client.unregister_scheduler_plugin(_TaskSpecs.name)
+    assert any("truncated" in s for s in seen) and any("ranked" in s for s in seen)
+    secrets = [str(int.from_bytes(words.tobytes(), "little")), str(seed)]
+    secrets += [str(int(w)) for w in words]
+    secrets += [str(int(w)) for w in np.frombuffer(seed.to_bytes(16, "little"), "<u8")]
+    secrets = [s for s in secrets if len(s) >= 6]  # the seed's upper word is 0
+    assert not [s for s in seen for secret in secrets if secret in s]
 
 
 def test_a_stream_maps_in_order_on_the_cluster_reading_items_as_results_return(cluster):

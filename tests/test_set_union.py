@@ -335,3 +335,26 @@ def test_uniform_laplace_release_probability_matches_the_laplace_tail():
     hits = sum(len(select(table, params, NoiseSource.create(2000 + i))) for i in range(trials))
     sd = math.sqrt(trials * p * (1 - p))
     assert abs(hits - trials * p) < 4.5 * sd, (hits, trials * p)
+
+
+def test_policy_subsets_are_uniform_and_fresh_per_range():
+    """``policy-*`` keeps a uniformly random Delta0-subset: over 2,000 keys each of an
+    author's 20 items is kept with probability 4/20 (binomial tolerance, 4.5 sd), and two
+    identical authors in two ranges get independent subsets (their own counter blocks)."""
+    from fdptm.mechanisms.set_union import UnitRange, truncated
+
+    author = UnitRange(0, np.array([0, 1]), np.array([0, 20]), np.arange(20, dtype=np.int32), 20)
+    other = UnitRange(1, author.unit_ptr, author.doc_ptr, author.items, 20)
+    tiebreak = np.arange(20)
+    kept = np.zeros(20)
+    same = 0
+    trials = 2000
+    for t in range(trials):
+        key = np.random.default_rng(t).integers(0, 2**63, 4).astype(np.uint64)
+        first = truncated(author, "policy-laplace", 4, tiebreak, key).items
+        kept[first] += 1
+        same += set(first) == set(truncated(other, "policy-laplace", 4, tiebreak, key).items)
+    p = 4 / 20
+    assert np.all(np.abs(kept - trials * p) < 4.5 * math.sqrt(trials * p * (1 - p))), kept
+    # P[two independent 4-subsets of 20 agree] = 1 / C(20, 4) = 1/4845
+    assert same <= 3

@@ -49,9 +49,11 @@ Three policies (FDPTM paper refs [7] and [13]):
   author holds each carry at most 1/t (l1) or 1/sqrt(t) (l2), since t <= s, so rho_Lap and
   rho_Gauss bound the probability that any of them is released by delta (Gopi et al.,
   Theorems 3.1 and 4.1 use the same bound). Their weights are independent across authors,
-  so on a Dask cluster they reduce to one vocabulary-length vector per range of authors;
-  they release fewer words than the sequential policies at the same budget (an author's
-  weight is not steered to the words that need it: benchmarks/m1_uniform.md).
+  so on a Dask cluster they reduce to one vocabulary-length vector per range of authors.
+  An author's weight is not steered to the words that still need it, as the sequential
+  policies do, so an author with many words spreads it thinner; on PHEME's short tweets
+  ``uniform-gaussian`` selects about as many words as ``weighted`` and ``uniform-laplace``
+  far fewer (benchmarks/m1_uniform.md).
 
 For the two policies of Gopi et al. and the uniform ones every candidate word has positive
 weight, so noising all candidates is the same as noising the support, as in their algorithm.
@@ -316,12 +318,22 @@ UNIFORM_GRID = 1 << 20
 
 
 def truncated(
-    part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray, key: int
+    part: UnitRange | AuthorItems,
+    policy: str,
+    limit: int,
+    tiebreak: np.ndarray,
+    key: np.ndarray,
 ) -> AuthorItems:
-    """Each author's (at most) ``limit`` items of ``part`` that the policy lets contribute:
-    the most frequent first, ties by ``tiebreak[item]`` (``weighted``, ``uniform-*``), or a
-    uniformly random subset (``policy-*``: ChaCha20 under ``key``, a counter block of its
-    own per range). A per-author function given ``tiebreak`` and ``key``."""
+    """Each author's (at most) ``limit`` items of ``part`` that the policy lets contribute.
+
+    ``weighted``, ``uniform-*``: the most frequent first, ties by ``tiebreak[item]``, a
+    function of the author's own items given the public-to-the-mechanism ``tiebreak``.
+    ``policy-*``: a uniformly random subset, from ChaCha20 under the 256-bit ``key``
+    (uint64[4]) with a counter block of its own per range, so every author's draws are
+    fresh uniforms; which of the range's draws an author gets depends on the authors
+    before it in the range, which is harmless only because ``key`` is secret. It is an
+    array so that ``stream_map`` sends it to the workers as data, never inside a task's
+    arguments on the scheduler."""
     index = part.index if isinstance(part, UnitRange) else 0
     table = part.grouped() if isinstance(part, UnitRange) else part
     if policy.startswith("policy-"):
@@ -331,13 +343,18 @@ def truncated(
 
 
 def uniform_weights(
-    part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray, key: int
+    part: UnitRange | AuthorItems,
+    policy: str,
+    limit: int,
+    tiebreak: np.ndarray,
+    key: np.ndarray,
 ) -> np.ndarray:
     """The histogram of the uniform policies over ``part``'s authors, in units of
     1/UNIFORM_GRID (int64): each of an author's s kept items gets floor(GRID / s)
     (``uniform-laplace``: l1 norm <= 1) or floor(GRID / sqrt(s)) (``uniform-gaussian``:
     l2 norm <= 1), rounded down so the norm bound is exact. The float64 bincount is exact
-    (every partial sum is an integer below 2^53: a range has at most 2^16 authors)."""
+    (every partial sum is an integer of at most n_authors x 2^20, below 2^53 for fewer
+    than 2^33 authors; a range of ``unit_ranges`` has at most 2^16)."""
     kept = truncated(part, policy, limit, tiebreak, key)
     sizes = np.diff(kept.offsets)
     distinct, inverse = np.unique(sizes, return_inverse=True)
@@ -381,18 +398,24 @@ def select_units(
     gen = noise.generator
     tiebreak = gen.permutation(n_items)
     policy = params.policy
+    no_key = np.zeros(4, dtype=np.uint64)
     if policy in UNIFORM_POLICIES:
         total = np.zeros(n_items, dtype=np.int64)
-        for part in stream_map(uniform_weights, parts, policy, params.max_items, tiebreak, 0):
+        weights = stream_map(uniform_weights, parts, policy, params.max_items, tiebreak, no_key)
+        for part in weights:
             total += part
         candidates = np.flatnonzero(total)
         values = total[candidates] / UNIFORM_GRID
     else:
         order = gen.permutation(n_authors)
-        key = int.from_bytes(gen.bytes(32), "little") if policy.startswith("policy-") else 0
+        key = no_key
+        if policy.startswith("policy-"):
+            key = np.frombuffer(gen.bytes(32), dtype="<u8").astype(np.uint64)
         ordered = _concat(
             list(stream_map(truncated, parts, policy, params.max_items, tiebreak, key)), n_items
         )
+        if ordered.n_authors != n_authors:
+            raise ValueError(f"the ranges hold {ordered.n_authors} authors, not {n_authors}")
         kernel = {
             "weighted": kernels.weighted_greedy,
             "policy-laplace": kernels.l1_descent,
