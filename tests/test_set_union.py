@@ -150,11 +150,12 @@ def test_l1_descent_is_water_filling():
     assert hist == pytest.approx([2.0, 1.95, 0.45])
 
 
-def test_release_probability_matches_the_laplace_tail():
+@pytest.mark.parametrize("policy", ["weighted", "uniform-laplace"])
+def test_release_probability_matches_the_laplace_tail(policy):
     """Noise scale check end to end: a word with weight h is released with probability
     P[h + Lap(1/eps) > rho] = exp(-eps (rho - h)) / 2 for h <= rho."""
     eps, delta = 1.0, 1e-3
-    params = set_union_params("weighted", eps, delta, max_items=1)
+    params = set_union_params(policy, eps, delta, max_items=1)
     n_authors = math.floor(params.rho)  # each adds 1 to the only word: h = n_authors
     table = author_items(np.arange(n_authors), np.zeros(n_authors, int), 1)
     p = 0.5 * math.exp(-eps * (params.rho - n_authors))
@@ -321,20 +322,6 @@ def test_uniform_thresholds_are_gopis_and_have_no_cutoff():
 
     with pytest.raises(BadInputError, match="at most 1048576 items"):
         set_union_params("uniform-laplace", eps, delta, max_items=(1 << 20) + 1)
-
-
-def test_uniform_laplace_release_probability_matches_the_laplace_tail():
-    """n authors with the one word each add 1 (s = 1): released with probability
-    P[n + Lap(1/eps) > rho] = exp(-eps (rho - n)) / 2."""
-    eps, delta = 1.0, 1e-3
-    params = set_union_params("uniform-laplace", eps, delta, max_items=1)
-    n_authors = math.floor(params.rho)
-    table = author_items(np.arange(n_authors), np.zeros(n_authors, int), 1)
-    p = 0.5 * math.exp(-eps * (params.rho - n_authors))
-    trials = 4000
-    hits = sum(len(select(table, params, NoiseSource.create(2000 + i))) for i in range(trials))
-    sd = math.sqrt(trials * p * (1 - p))
-    assert abs(hits - trials * p) < 4.5 * sd, (hits, trials * p)
 
 
 def test_policy_subsets_are_uniform_and_fresh_per_range():
