@@ -10,6 +10,7 @@ so they are stable (FDPTM Appendix F, Lemma F.1) and make author-level sensitivi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -83,28 +84,35 @@ def _sample(
     """Row numbers of each author's ``max_docs_per_author`` documents of smallest key, in
     their original order."""
     over = sizes > bounds.max_docs_per_author
+    key = np.frombuffer(seed.to_bytes(16, "little", signed=False), dtype="<u8").copy()
+    ranges = _over_cap_ranges(tokens, codes, sizes, over)
+    ranked = stream_map(_ranked, ranges, bounds.max_docs_per_author, key)
+    return np.sort(np.concatenate([np.flatnonzero(~over[codes]), *ranked]))
+
+
+def _over_cap_ranges(
+    tokens: pa.Table, codes: np.ndarray, sizes: np.ndarray, over: np.ndarray
+) -> Iterator[pa.Table]:
+    """The rows of the authors over the cap as (row, author, author_id, doc_id) tables of
+    whole authors, about RANGE_ROWS rows each (an author bigger than that alone), built one
+    at a time."""
     rows = np.flatnonzero(over[codes])
     rows = rows[np.argsort(codes[rows], kind="stable")]  # by author, each in row order
     ends = np.cumsum(sizes[over])  # where each over-cap author's rows end in ``rows``
-    pieces, start = [], 0
+    start = 0
     while start < len(rows):
         last_fitting = np.searchsorted(ends, start + RANGE_ROWS, side="right") - 1
         stop = int(ends[max(last_fitting, np.searchsorted(ends, start, side="right"))])
         part = rows[start:stop]
-        pieces.append(
-            pa.table(
-                {
-                    "row": part,
-                    "author": codes[part],
-                    "author_id": tokens.column("author_id").take(part),
-                    "doc_id": tokens.column("doc_id").take(part),
-                }
-            )
+        yield pa.table(
+            {
+                "row": part,
+                "author": codes[part],
+                "author_id": tokens.column("author_id").take(part),
+                "doc_id": tokens.column("doc_id").take(part),
+            }
         )
         start = stop
-    key = np.frombuffer(seed.to_bytes(16, "little", signed=False), dtype="<u8").copy()
-    ranked = stream_map(_ranked, pieces, bounds.max_docs_per_author, key)
-    return np.sort(np.concatenate([np.flatnonzero(~over[codes]), *ranked]))
 
 
 def _ranked(part: pa.Table, cap: int, key: np.ndarray) -> np.ndarray:
