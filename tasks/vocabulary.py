@@ -109,9 +109,8 @@ def select_vocabulary(
         word_idx = word_idx[kept]
     if not len(word_idx):
         return []
-    n_items, n_authors = len(dictionary), int(encoded.doc_author.max()) + 1
-    ranges = unit_ranges(encoded.doc_author, doc_ptr, word_idx, n_items)
-    selected = select_units(ranges, n_authors, n_items, params, noise)
+    ranges = unit_ranges(encoded.doc_author, doc_ptr, word_idx, len(dictionary))
+    selected = select_units(ranges, len(dictionary), params, noise)
     return sorted(dictionary.take(pa.array(selected, pa.int64())).to_pylist())
 
 

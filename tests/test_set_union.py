@@ -272,7 +272,7 @@ def test_ranges_of_authors_select_what_one_grouped_table_selects(policy, monkeyp
             np.concatenate([np.diff(p.unit_ptr) for p in parts]),
             np.bincount(doc_author, minlength=n_authors),
         )
-        chosen = select_units(parts, n_authors, n_items, params, NoiseSource.create(3))
+        chosen = select_units(parts, n_items, params, NoiseSource.create(3))
         if policy.startswith("policy-") and len(parts) > 1:
             continue  # their random subsets are drawn per range: other (equally random) sets
         assert np.array_equal(chosen, whole), (authors, tokens)
@@ -288,7 +288,7 @@ def test_uniform_weights_are_exact_integers_of_norm_at_most_one_per_author(polic
     doc_author, doc_ptr, items, n_items = _documents(9, n_docs=800, n_authors=150)
     table = unit_items(doc_author, doc_ptr, items, n_items)
     tiebreak = np.random.default_rng(1).permutation(n_items)
-    total = uniform_weights(table, policy, 5, tiebreak, 0)
+    total = uniform_weights(table, policy, 5, tiebreak)
     for author in range(0, table.n_authors, 7):
         one = _without(table, author)
         alone = AuthorItems(
@@ -297,8 +297,8 @@ def test_uniform_weights_are_exact_integers_of_norm_at_most_one_per_author(polic
             table.counts[table.offsets[author] : table.offsets[author + 1]],
             n_items,
         )
-        vector = uniform_weights(alone, policy, 5, tiebreak, 0)
-        assert np.array_equal(total - uniform_weights(one, policy, 5, tiebreak, 0), vector)
+        vector = uniform_weights(alone, policy, 5, tiebreak)
+        assert np.array_equal(total - uniform_weights(one, policy, 5, tiebreak), vector)
         size = int(np.count_nonzero(vector))
         assert size == min(5, len(alone.items))
         if norm == 1:

@@ -226,14 +226,10 @@ def unit_items(
     """Each author's distinct items (ascending) and counts, from documents: document d has
     author ``doc_author[d]`` and items ``item_idx[doc_ptr[d]:doc_ptr[d + 1]]``. Authors are
     0 .. max(doc_author); numba over authors (``fdptm.kernels.distinct``), so memory follows
-    the distinct (author, item) pairs, not the occurrences."""
-    doc_author = np.asarray(doc_author, dtype=np.int64)
-    n_authors = int(doc_author.max()) + 1 if len(doc_author) else 0
-    unit_docs = np.argsort(doc_author, kind="stable")
-    unit_ptr = np.zeros(n_authors + 1, dtype=np.int64)
-    np.cumsum(np.bincount(doc_author, minlength=n_authors), out=unit_ptr[1:])
-    offsets, items, counts = distinct_per_unit(unit_ptr, unit_docs, doc_ptr, item_idx)
-    return AuthorItems(offsets, items, counts, n_items)
+    the distinct (author, item) pairs, not the occurrences: the ``unit_ranges`` grouped
+    and joined."""
+    ranges = unit_ranges(doc_author, doc_ptr, item_idx, n_items)
+    return _concat([r.grouped() for r in ranges], n_items)
 
 
 RANGE_AUTHORS = 1 << 16
@@ -317,12 +313,16 @@ UNIFORM_GRID = 1 << 20
 """The uniform policies' weights are multiples of 1/UNIFORM_GRID, summed as integers."""
 
 
+_NO_KEY = np.zeros(4, dtype=np.uint64)
+"""The key ``truncated`` gets where the policy draws nothing (most frequent first)."""
+
+
 def truncated(
     part: UnitRange | AuthorItems,
     policy: str,
     limit: int,
     tiebreak: np.ndarray,
-    key: np.ndarray,
+    key: np.ndarray = _NO_KEY,
 ) -> AuthorItems:
     """Each author's (at most) ``limit`` items of ``part`` that the policy lets contribute.
 
@@ -343,11 +343,7 @@ def truncated(
 
 
 def uniform_weights(
-    part: UnitRange | AuthorItems,
-    policy: str,
-    limit: int,
-    tiebreak: np.ndarray,
-    key: np.ndarray,
+    part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray
 ) -> np.ndarray:
     """The histogram of the uniform policies over ``part``'s authors, in units of
     1/UNIFORM_GRID (int64): each of an author's s kept items gets floor(GRID / s)
@@ -355,7 +351,7 @@ def uniform_weights(
     l2 norm <= 1), rounded down so the norm bound is exact. The float64 bincount is exact
     (every partial sum is an integer of at most n_authors x 2^20, below 2^53 for fewer
     than 2^33 authors; a range of ``unit_ranges`` has at most 2^16)."""
-    kept = truncated(part, policy, limit, tiebreak, key)
+    kept = truncated(part, policy, limit, tiebreak)
     sizes = np.diff(kept.offsets)
     distinct, inverse = np.unique(sizes, return_inverse=True)
     grid = UNIFORM_GRID
@@ -370,12 +366,11 @@ def uniform_weights(
 
 def select(table: AuthorItems, params: SetUnionParams, noise: NoiseSource) -> np.ndarray:
     """``select_units`` on authors already grouped into ``table`` (one range)."""
-    return select_units([table], table.n_authors, table.n_items, params, noise)
+    return select_units([table], table.n_items, params, noise)
 
 
 def select_units(
     parts: Iterable[UnitRange | AuthorItems],
-    n_authors: int,
     n_items: int,
     params: SetUnionParams,
     noise: NoiseSource,
@@ -398,24 +393,20 @@ def select_units(
     gen = noise.generator
     tiebreak = gen.permutation(n_items)
     policy = params.policy
-    no_key = np.zeros(4, dtype=np.uint64)
     if policy in UNIFORM_POLICIES:
         total = np.zeros(n_items, dtype=np.int64)
-        weights = stream_map(uniform_weights, parts, policy, params.max_items, tiebreak, no_key)
-        for part in weights:
+        for part in stream_map(uniform_weights, parts, policy, params.max_items, tiebreak):
             total += part
         candidates = np.flatnonzero(total)
         values = total[candidates] / UNIFORM_GRID
     else:
-        order = gen.permutation(n_authors)
-        key = no_key
+        key = _NO_KEY
         if policy.startswith("policy-"):
             key = np.frombuffer(gen.bytes(32), dtype="<u8").astype(np.uint64)
         ordered = _concat(
             list(stream_map(truncated, parts, policy, params.max_items, tiebreak, key)), n_items
         )
-        if ordered.n_authors != n_authors:
-            raise ValueError(f"the ranges hold {ordered.n_authors} authors, not {n_authors}")
+        order = gen.permutation(ordered.n_authors)
         kernel = {
             "weighted": kernels.weighted_greedy,
             "policy-laplace": kernels.l1_descent,
