@@ -16,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from fdptm import cli_local
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.flows import running
 from fdptm.flows.running import STARTUP_TIMEOUT
@@ -85,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
         "dataset is created; every batch of a public dataset must pass it",
     )
     ingest.add_argument("--max-text-chars", type=int, default=1_000_000)
+    ingest.add_argument(
+        "--local-reports",
+        action="store_true",
+        help="the file holds LDP reports (fdptm local randomize), not documents: append them "
+        "to a local dataset, rejecting reports over another --vocabulary or --flip",
+    )
+    ingest.add_argument("--vocabulary", help="with --local-reports: the vocabulary document")
+    ingest.add_argument("--flip", type=float, help="with --local-reports: the collection's f")
     for field, option, default in (
         ("text", "--text-column", "text"),
         ("id", "--id-column", "doc_id"),
@@ -98,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
             "must exist when given",
         )
     workspace(ingest)
+
+    cli_local.add_parser(sub, workspace)
 
     rel = sub.add_parser(
         "release",
@@ -296,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitions": cmd_partitions,
             "gc": cmd_gc,
             "store": cmd_store,
+            "local": cli_local.cmd_local,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -393,6 +405,11 @@ def _recover_quietly(args: argparse.Namespace) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks.ingest import ingest
+
+    if args.local_reports:
+        return cli_local.ingest_reports(args)
+    if args.vocabulary is not None or args.flip is not None:
+        raise BadInputError("--vocabulary and --flip describe report files: add --local-reports")
 
     result = ingest(
         args.path,

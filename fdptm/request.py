@@ -42,10 +42,26 @@ SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")
 """The fields that choose a release's partitions (a backfill chooses them itself)."""
 
 
-class ReleaseRequest(BaseModel):
-    """What a user asks for in one release (README, "Command line")."""
+class _Request(BaseModel):
+    """A request model: frozen, no unknown fields, validated into a ``BadInputError``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def build(cls, **fields: Any) -> Any:
+        """Validate ``fields`` into a request; a ``BadInputError`` that names every problem."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise BadInputError(describe(exc)) from None
+
+    def replace(self, **fields: Any) -> Any:
+        """A validated copy with ``fields`` changed."""
+        return self.build(**{**self.model_dump(), **fields})
+
+
+class ReleaseRequest(_Request):
+    """What a user asks for in one release (README, "Command line")."""
 
     dataset: str = Field(description="name of the ingested dataset to release")
     epsilon: float = Field(
@@ -240,14 +256,6 @@ class ReleaseRequest(BaseModel):
         """``m1`` with its default filled in: none with a public vocabulary, else set-union."""
         return self.m1 or ("set-union" if self.vocabulary is None else "none")
 
-    @classmethod
-    def build(cls, **fields: Any) -> ReleaseRequest:
-        """Validate ``fields`` into a request; a ``BadInputError`` that names every problem."""
-        try:
-            return cls(**fields)
-        except ValidationError as exc:
-            raise BadInputError(describe(exc)) from None
-
     def key(self, since: str | None, until: str | None) -> str:
         """A digest of what this request releases with its days resolved to [since,
         until): equal for two runs of one release, whatever the workspace path it was
@@ -261,9 +269,84 @@ class ReleaseRequest(BaseModel):
             del fields["buckets"]
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
-    def replace(self, **fields: Any) -> ReleaseRequest:
-        """A validated copy with ``fields`` changed."""
-        return self.build(**{**self.model_dump(), **fields})
+
+class LocalReleaseRequest(_Request):
+    """A release from LDP reports (``fdptm local release``; hdp-lda-lp-lda-olp-lda.txt
+    sections V-VI): it spends nothing, so it has no epsilon or delta of its own."""
+
+    dataset: str = Field(description="name of the local dataset (ingested with --local-reports)")
+    topics: int = Field(ge=1, description="number of topics k")
+    mechanism: Literal["lp-lda", "olp-lda"] = Field(
+        "lp-lda",
+        description="lp-lda: one model from the chosen batches (section V); olp-lda: an online "
+        "model updated with each new batch, one release per batch (section VI, Algorithm 2)",
+    )
+    iterations: int = Field(200, ge=1, description="Gibbs sweeps per model (per batch for olp-lda)")
+    alpha: float = Field(0.1, gt=0, description="document-topic prior alpha")
+    beta: float = Field(0.01, gt=0, description="topic-word prior beta")
+    prior: str | None = Field(
+        None,
+        description="olp-lda: the public prior dataset D0 (ingested with --public), whose "
+        "non-private model starts the online one",
+    )
+    correlation: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="olp-lda: lambda, the weight of the last model in the next "
+        "batch's prior (eq. 10)",
+    )
+    omega: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="olp-lda: omega, the weight of the prior mean in the "
+        "Bayesian estimate (eq. 19; 0 gives eq. 8's moment estimate)",
+    )
+    model: str = Field(
+        "default", description="olp-lda: name of the online model (several can follow one dataset)"
+    )
+    batches: str | None = Field(
+        None,
+        description="lp-lda: train on these report batches only, a range 3..5 or a list 1,3,7 "
+        "(default: every batch)",
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        lt=2**63,
+        description="seed of the reconstruction and sampling "
+        "(post-processing of the reports: it does not weaken the local guarantee)",
+    )
+    workspace: str | None = Field(
+        None, description="workspace directory (default: $FDPTM_WORKSPACE or ./fdptm-workspace)"
+    )
+
+    @field_validator("topics", "iterations", "seed", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not true/false")
+        return value
+
+    @field_validator("batches")
+    @classmethod
+    def _batch_numbers(cls, value: str | None) -> str | None:
+        from fdptm.storage.partitions import parse_batches
+
+        try:
+            parse_batches(value)
+        except BadInputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _online_needs_a_prior(self) -> LocalReleaseRequest:
+        if self.mechanism == "olp-lda" and self.prior is None:
+            raise ValueError("olp-lda starts from a public prior dataset D0: give --prior DATASET")
+        if self.mechanism == "olp-lda" and self.batches is not None:
+            raise ValueError("olp-lda takes every new batch in order; --batches is for lp-lda")
+        return self
 
 
 def default(name: str) -> Any:
@@ -306,8 +389,9 @@ def add_arguments(
     *,
     exclude: tuple[str, ...] = (),
     required: bool = True,
+    model: type[_Request] = ReleaseRequest,
 ) -> None:
-    """Add one option per field of ``ReleaseRequest`` (but ``exclude``) to ``parser``.
+    """Add one option per field of ``model`` (but ``exclude``) to ``parser``.
 
     The options have no defaults of their own (an option not given is None and the model
     fills in its default, shown in ``--help``), so the command line cannot drift from the
@@ -315,7 +399,7 @@ def add_arguments(
     the fields without a default optional (``fdptm release --resume`` needs none of them);
     the model still requires them.
     """
-    for name, info in ReleaseRequest.model_fields.items():
+    for name, info in model.model_fields.items():
         if name in exclude:
             continue
         flag = "--" + name.replace("_", "-")
@@ -329,10 +413,10 @@ def add_arguments(
             parser.add_argument("--m2-option", action="append", metavar="KEY=VALUE", help=help_text)
         elif kind is bool:
             parser.add_argument(flag, action="store_true", default=None, help=help_text)
-        elif name == "mechanism":
-            parser.add_argument(flag, choices=list(MECHANISMS), help=help_text)
         elif typing.get_origin(kind) is Literal:
             parser.add_argument(flag, choices=list(typing.get_args(kind)), help=help_text)
+        elif name == "mechanism":
+            parser.add_argument(flag, choices=list(MECHANISMS), help=help_text)
         elif kind in (int, float):
             parser.add_argument(
                 flag, type=_number(kind), required=required and info.is_required(), help=help_text
@@ -351,10 +435,12 @@ def given(args: argparse.Namespace) -> list[str]:
     )
 
 
-def from_arguments(args: argparse.Namespace, **overrides: Any) -> ReleaseRequest:
-    """The request an ``add_arguments`` parser read; ``overrides`` win."""
+def from_arguments(
+    args: argparse.Namespace, model: type[_Request] = ReleaseRequest, **overrides: Any
+) -> Any:
+    """The ``model`` request an ``add_arguments`` parser read; ``overrides`` win."""
     fields: dict[str, Any] = {}
-    for name in ReleaseRequest.model_fields:
+    for name in model.model_fields:
         if name == "m2_options":
             if getattr(args, "m2_option", None):
                 pairs = args.m2_option
@@ -364,4 +450,4 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> ReleaseRequest
                 fields[name] = options
         elif getattr(args, name, None) is not None:
             fields[name] = getattr(args, name)
-    return ReleaseRequest.build(**{**fields, **overrides})
+    return model.build(**{**fields, **overrides})

@@ -166,6 +166,24 @@ CREATE TABLE IF NOT EXISTS settings (
     value VARCHAR NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS local_collections (
+    dataset VARCHAR PRIMARY KEY,
+    vocabulary_fingerprint VARCHAR NOT NULL,
+    vocabulary JSON NOT NULL,
+    flip_numerator BIGINT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS online_models (
+    dataset VARCHAR NOT NULL,
+    name VARCHAR NOT NULL,
+    prior VARCHAR NOT NULL,
+    params JSON NOT NULL,
+    state_path VARCHAR NOT NULL,
+    state_sha256 VARCHAR NOT NULL,
+    last_batch INTEGER NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (dataset, name)
+);
 CREATE TABLE IF NOT EXISTS audit_results (
     run_id VARCHAR NOT NULL,
     mode VARCHAR NOT NULL,

@@ -144,8 +144,9 @@ def parallel_at(
 ) -> bool:
     """Whether totals at ``unit`` may compose in parallel over atoms (module docstring):
     add/remove of a document, which is the author level too when authors are documents;
-    add/remove of an author when the dataset has author buckets."""
-    return unit == Adjacency.DOCUMENT or (
+    add/remove of an author when the dataset has author buckets; local DP, where one
+    device's report lies in the one batch it was ingested with."""
+    return unit in (Adjacency.DOCUMENT, Adjacency.LOCAL) or (
         unit == Adjacency.AUTHOR and (authors_are_documents or bool(buckets))
     )
 
@@ -488,6 +489,35 @@ class Ledger:
                     None if scope is None else json.dumps(scope.to_dict()),
                 ],
             )
+
+    def record_collection(
+        self, con, dataset: str, run_id: str, seq: int, epsilon: float, accounting: dict
+    ) -> None:
+        """Record the local guarantee of the reports of batch ``seq`` (LP-LDA, Theorem 4),
+        once, as spent: the devices randomised them before the server saw them, so the
+        spend happened at collection, whatever the server does later. Releases from these
+        reports are post-processing and record nothing. Called inside the ingest's
+        transaction ``con``; the scope is the batch, where every report lies."""
+        ts = now()
+        con.execute(
+            "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
+            " epsilon, delta, state, note, created_at, updated_at, notion, gamma, accounting,"
+            " scope) VALUES (?, ?, ?, 'collection', 'randomized-response', ?, ?, 0.0, 'spent',"
+            " ?, ?, ?, ?, 0.0, ?, ?)",
+            [
+                f"{run_id}/collection",
+                dataset,
+                run_id,
+                Adjacency.LOCAL.value,
+                check_epsilon(epsilon, "local epsilon"),
+                "local DP at collection: V x the per-word epsilon per document (Theorem 4)",
+                ts,
+                ts,
+                "approximate-dp",
+                json.dumps(accounting),
+                json.dumps(Scope((seq,)).to_dict()),
+            ],
+        )
 
     def spend(self, entry_id: str, note: str | None = None) -> None:
         """The mechanism has read private data: the reservation is spent for good."""

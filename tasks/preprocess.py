@@ -22,133 +22,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fdptm.parallel import cluster_address, stream_map, workers
+from fdptm.pre import CHUNK, Lemmas, PreConfig, preprocess_chunk
 from fdptm.storage.artifacts import write_parquet
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.objectstore import intact_copy, read, try_sync
 from fdptm.storage.partitions import days
 from fdptm.storage.workspace import Workspace
 
-_URL = re.compile(r"(?:https?://|www\.)\S+")
-_MENTION = re.compile(r"@\w+")
-_NON_ALPHA = r"[^a-z]+"
-_CHUNK = 100_000
-"""Documents per PRE chunk: one joined string of this many documents is lower-cased and
-cleaned at a time, so memory per chunk stays in the tens of MB."""
-
-
-@dataclass(frozen=True)
-class PreConfig:
-    """PRE's rules; its digest keys the token cache."""
-
-    min_len: int = 3
-    max_len: int = 15
-    strip_urls: bool = True
-    strip_mentions: bool = True
-
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _joined(texts: pa.Array) -> str:
-    """The texts as one string, joined by newlines, each newline inside a text made a space
-    (null texts are empty)."""
-    if len(texts) == 0:
-        return ""
-    flat = pc.replace_substring(pc.fill_null(texts, ""), "\n", " ").cast(pa.large_string())
-    lists = pa.LargeListArray.from_arrays(pa.array([0, len(flat)], pa.int64()), flat)
-    return pc.binary_join(lists, pa.scalar("\n", pa.large_string()))[0].as_py()
-
-
-def _raw_token_lists(texts: pa.Array, cfg: PreConfig) -> pa.ListArray:
-    """Per text: lower-case, blank URLs and @mentions, then the runs of letters a-z.
-
-    Python's ``str.lower`` and ``re`` run once over the chunk's texts joined by newlines,
-    not once per document. Joining changes nothing: a newline inside a text was made a
-    space, which every pattern treats alike (whitespace, not a word character, not a
-    letter), so no match crosses from one document into the next, and ``str.lower`` maps
-    character by character (its one context rule, the Greek final sigma, yields a non-ASCII
-    letter either way, which the letter filter removes). The runs of a-z are what nltk's
-    ``RegexpTokenizer("[a-z]+")`` finds; splitting at every other character (Arrow, RE2) is
-    the same tokenisation, checked against nltk in tests/test_preprocess.py.
-    """
-    text = _joined(texts).lower()
-    if cfg.strip_urls:
-        text = _URL.sub(" ", text)
-    if cfg.strip_mentions:
-        text = _MENTION.sub(" ", text)
-    docs = pc.split_pattern(pa.array([text], pa.large_string()), "\n")
-    docs = pc.list_flatten(docs).slice(0, len(texts))
-    letters = pc.replace_substring_regex(docs, _NON_ALPHA, " ")
-    return pc.utf8_split_whitespace(letters)
-
-
-def _keep(tokens: pa.Array, cfg: PreConfig, stops: pa.Array) -> pa.Array:
-    """Tokens within the length rules and not stop words (a boolean mask)."""
-    lengths = pc.utf8_length(tokens)
-    return pc.and_(
-        pc.and_(pc.greater_equal(lengths, cfg.min_len), pc.less_equal(lengths, cfg.max_len)),
-        pc.invert(pc.is_in(tokens, value_set=stops)),
-    )
-
-
-def _filtered_lists(lists: pa.ListArray, mask: pa.Array, n_docs: int) -> pa.ListArray:
-    """``lists`` keeping the flattened values where ``mask`` is true."""
-    parents = pc.list_parent_indices(lists).filter(mask).to_numpy()
-    offsets = np.zeros(n_docs + 1, dtype=np.int64)
-    np.cumsum(np.bincount(parents, minlength=n_docs), out=offsets[1:])
-    values = pc.list_flatten(lists).filter(mask)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), values.cast(pa.string()))
-
-
-class _Lemmas:
-    """WordNet lemmas of distinct tokens, each looked up once; None where the lemma breaks
-    the stop-word or length rules. nltk (``fdptm.text``, about 1 s of imports, scipy.stats
-    among them) is imported here, when PRE runs, not by a release whose PRE is cached."""
-
-    def __init__(self, cfg: PreConfig) -> None:
-        from fdptm.text import lemmatizer, stop_words
-
-        self.cfg, self.stops, self.known = cfg, stop_words(), {}
-        self.lemmatize = lemmatizer().lemmatize
-
-    def of(self, words: list[str]) -> list[str | None]:
-        out = []
-        for w in words:
-            if w not in self.known:
-                lemma = self.lemmatize(w)
-                ok = self.cfg.min_len <= len(lemma) <= self.cfg.max_len and lemma not in self.stops
-                self.known[w] = lemma if ok else None
-            out.append(self.known[w])
-        return out
-
-
-def _preprocess_chunk(texts: pa.Array, cfg: PreConfig, lemmas: _Lemmas) -> pa.ListArray:
-    stops = pa.array(sorted(lemmas.stops), pa.string())
-    raw = _raw_token_lists(texts, cfg)
-    raw = _filtered_lists(raw, _keep(pc.list_flatten(raw), cfg, stops), len(texts))
-    encoded = pc.dictionary_encode(pc.list_flatten(raw))
-    lemma_of = pa.array(lemmas.of(encoded.dictionary.to_pylist()), pa.string())
-    lemma = lemma_of.take(encoded.indices)
-    return _filtered_lists(
-        pa.LargeListArray.from_arrays(raw.offsets, lemma), pc.is_valid(lemma), len(texts)
-    ).cast(pa.list_(pa.string()))
-
 
 def preprocess_array(
     texts: pa.Array | pa.ChunkedArray,
     cfg: PreConfig = PreConfig(),
     progress: Callable[[int], None] | None = None,
-    chunk: int = _CHUNK,
+    chunk: int = CHUNK,
 ) -> pa.ListArray:
     """PRE on each text independently, as Arrow: a list of tokens per text (null texts
     give no tokens). Vectorised: no Python loop per document or token, only per distinct
@@ -180,8 +72,8 @@ def preprocess_array(
         _POOL["executor"] = pool
         results = pool.map(_worker_chunk, chunks, [cfg] * len(chunks))
     else:
-        lemmas = _Lemmas(cfg)
-        results = (_preprocess_chunk(c, cfg, lemmas) for c in chunks)
+        lemmas = Lemmas(cfg)
+        results = (preprocess_chunk(c, cfg, lemmas) for c in chunks)
     parts = []
     for part in results:
         parts.append(part)
@@ -195,7 +87,7 @@ def preprocess_array(
 _POOL_CHUNKS = 10
 """Fewer chunks than this run in this process: a pool's start (2-3 s of imports and WordNet
 per worker, measured) costs more than it saves below about a million documents."""
-_WORKER: dict[PreConfig, _Lemmas] = {}
+_WORKER: dict[PreConfig, Lemmas] = {}
 """The lemma caches of a PRE worker process (a pool's or a Dask worker's), one per
 configuration."""
 
@@ -227,12 +119,12 @@ _POOL: dict = {}
 """The loky executor PRE started in this process, until ``stop_workers``."""
 
 
-def _start_worker(cfg: PreConfig) -> _Lemmas:
+def _start_worker(cfg: PreConfig) -> Lemmas:
     """This worker process's lemma cache for ``cfg``, made on first use (once: a Dask
     worker's threads wait for the first to finish)."""
     with _WORKER_LOCK:
         if cfg not in _WORKER:
-            _WORKER[cfg] = _Lemmas(cfg)
+            _WORKER[cfg] = Lemmas(cfg)
         return _WORKER[cfg]
 
 
@@ -240,7 +132,7 @@ _WORKER_LOCK = threading.Lock()
 
 
 def _worker_chunk(texts: pa.Array, cfg: PreConfig) -> pa.ListArray:
-    return _preprocess_chunk(texts, cfg, _start_worker(cfg))
+    return preprocess_chunk(texts, cfg, _start_worker(cfg))
 
 
 def preprocess_texts(

@@ -177,3 +177,37 @@ def _move(n_wk, eta_wk, noisy_total, w, k, step):
     n_wk[w, k] += step
     after = before + step
     noisy_total[k] += max(after, 0.0) - max(before, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def cgs_sweep_prior(doc_ptr, words, z, n_dk, n_wk, n_k, alpha, beta_wk, beta_k, uniforms):
+    """One CGS sweep with a topic-word prior matrix (O-LDA, hdp-lda-lp-lda-olp-lda.txt eq. 12).
+
+    p(z_i = k | rest) is proportional to
+    (n_wk[w, k] + beta_wk[w, k]) / (n_k[k] + beta_k[k]) * (n_dk[d, k] + alpha), counts
+    excluding token i, with ``beta_k[k] = sum_w beta_wk[w, k]``. With every beta_wk equal to
+    beta this is ``cgs_sweep``.
+    """
+    n_topics = n_k.shape[0]
+    inv = np.empty(n_topics)
+    for k in range(n_topics):
+        inv[k] = 1.0 / (n_k[k] + beta_k[k])
+    p = np.empty(n_topics)
+    for d in range(doc_ptr.shape[0] - 1):
+        for i in range(doc_ptr[d], doc_ptr[d + 1]):
+            w = words[i]
+            old = z[i]
+            n_dk[d, old] -= 1
+            n_wk[w, old] -= 1
+            n_k[old] -= 1
+            inv[old] = 1.0 / (n_k[old] + beta_k[old])
+            total = 0.0
+            for k in range(n_topics):
+                total += (n_wk[w, k] + beta_wk[w, k]) * inv[k] * (n_dk[d, k] + alpha)
+                p[k] = total
+            new = _draw(p, total, uniforms[i])
+            z[i] = new
+            n_dk[d, new] += 1
+            n_wk[w, new] += 1
+            n_k[new] += 1
+            inv[new] = 1.0 / (n_k[new] + beta_k[new])

@@ -17,6 +17,10 @@ section 4.1). The notions used here, from strongest to weakest unit:
 * ``word``: replace one preprocessed token (a PRE output) of one document by another
   token (HDP-LDA paper, section IV-B2). Raw-text edits that add or remove PRE tokens (a
   stop word becoming a word, say) are not word-level neighbours.
+* ``local``: local DP (LP-LDA, section V): one device's document replaced by any other,
+  every other device's report unchanged; the guarantee holds against the server itself.
+  It is kept apart from the central notions: a local dataset has only local entries, and
+  no conversion to or from ``local`` is offered.
 
 Conversions go from a stronger notion to a weaker one only, and are of two kinds:
 
@@ -50,6 +54,7 @@ class Adjacency(StrEnum):
     DOCUMENT = "document"
     DOCUMENT_REPLACE = "document-replace"
     WORD = "word"
+    LOCAL = "local"
 
     @property
     def rank(self) -> int:
@@ -65,10 +70,12 @@ class Adjacency(StrEnum):
             Adjacency.DOCUMENT: "add/remove one document",
             Adjacency.DOCUMENT_REPLACE: "replace one document by another of the same author",
             Adjacency.WORD: "replace one preprocessed token of one document by another",
+            Adjacency.LOCAL: "replace one device's document by any other (local DP: each "
+            "report is randomised on the device, before the server sees it)",
         }[self]
 
 
-_A, _AR, _D, _DR, _W = list(Adjacency)
+_A, _AR, _D, _DR, _W = list(Adjacency)[:5]
 _FREE = {(_AR, _DR), (_AR, _W), (_DR, _W)}
 _GROUP_OF_TWO = {(_A, _AR), (_A, _D), (_A, _DR), (_A, _W), (_D, _DR), (_D, _W)}
 _SAME_WITHOUT_AUTHORS = {frozenset({_A, _D}), frozenset({_AR, _DR})}

@@ -1,0 +1,133 @@
+"""Publishing releases made from LDP reports (LP-LDA and OLP-LDA): files, manifest, catalog.
+
+A local release has the files of every release (``topic_word.parquet``, ``vocabulary.parquet``,
+``manifest.json``; ``fdptm.load_release`` reads it) and spends nothing: the manifest's
+guarantee is the collection's local guarantee (Theorem 4), the per-document figure first and
+stated as the document's protection, the per-word figure after it and stated as one word's.
+The ledger is not touched; the manifest names the collection entries it rests on.
+
+What else the manifest shows is a function of the reports alone: the number of reports
+(local DP hides what a document says, not that its device reported), the public vocabulary,
+and the training parameters. The reconstruction's seed stays internal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.storage.artifacts import write_json, write_parquet
+from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.workspace import Workspace
+from fdptm.tasks.local_reports import LocalCollection
+from fdptm.tasks.release import topic_summaries
+from fdptm.tasks.stages import topic_word_table
+
+PAPER = "hdp-lda-lp-lda-olp-lda.txt"
+
+
+def local_guarantee(collection: LocalCollection, catalog: Catalog, seqs: list[int]) -> dict:
+    """The manifest's guarantee for a release from batches ``seqs`` of ``collection``."""
+    g = collection.guarantee
+    v = g["vocabulary_size"]
+    doc, word = g["document_epsilon"], g["word_epsilon"]
+    entries = catalog.query(
+        "SELECT entry_id, run_id FROM ledger WHERE dataset = ? AND stage = 'collection'"
+        " ORDER BY created_at",
+        [collection.dataset],
+    )
+    runs = {b["run_id"]: b["seq"] for b in catalog.batches(collection.dataset)}
+    return {
+        "notion": "local-dp",
+        "statement": (
+            f"{doc:.6g}-local DP per document: each device randomised its whole document "
+            f"(V = {v} bits, each {word:.6g}-LDP) before sending it (Theorem 4); "
+            f"{word:.6g}-local DP for the presence of any one word. Holds against the server "
+            "too. This release is post-processing of the reports and spent nothing more"
+        ),
+        "per_document": {"epsilon": doc, "delta": 0.0},
+        "per_word": {"epsilon": word, "delta": 0.0},
+        "epsilon": doc,
+        "delta": 0.0,
+        "gamma": 0.0,
+        "seeded": False,
+        "adjacency": Adjacency.LOCAL.value,
+        "neighbouring_datasets": "any two collections that differ in the report of one "
+        "device, whatever the documents behind the two reports",
+        "privacy_unit": "one device's document (a device that sent several reports: the "
+        "sum of their per-document epsilons)",
+        "dataset_unit": Adjacency.LOCAL.value,
+        "flip": {
+            "f": g["flip"],
+            "numerator": g["flip_numerator"],
+            "denominator": g["flip_denominator"],
+        },
+        "spent_by_this_release": {"epsilon": 0.0, "delta": 0.0},
+        "collection_entries": [
+            e["entry_id"] for e in entries if runs.get(e["run_id"]) in set(seqs)
+        ],
+    }
+
+
+def publish_local(
+    workspace: Workspace,
+    catalog: Catalog,
+    run_id: str,
+    collection: LocalCollection,
+    phi: np.ndarray,
+    seqs: list[int],
+    mechanism: dict,
+    n_reports: int,
+) -> tuple:
+    """Write, then register, a local release; returns (directory, manifest)."""
+    words = list(collection.vocabulary.words)
+    manifest = {
+        "manifest_version": 2,
+        "run_id": run_id,
+        "dataset": collection.dataset,
+        "release_date": now().date().isoformat(),
+        "guarantee": local_guarantee(collection, catalog, seqs),
+        "mechanism": mechanism,
+        "batches": seqs,
+        "n_reports": n_reports,
+        "vocabulary": {
+            "source": f"public vocabulary {collection.vocabulary.source} (the devices' own, "
+            "fingerprint " + collection.vocabulary.fingerprint + ")",
+            "size": len(words),
+        },
+        "topics": topic_summaries(phi, words),
+    }
+    staging = workspace.run_dir(run_id) / "release-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    vocab = pa.table(
+        {"index": pa.array(np.arange(len(words)), pa.int32()), "word": pa.array(words, pa.string())}
+    )
+    files = {
+        "topic_word.parquet": write_parquet(topic_word_table(phi), staging / "topic_word.parquet"),
+        "vocabulary.parquet": write_parquet(vocab, staging / "vocabulary.parquet"),
+    }
+    manifest["files"] = {name: {"sha256": sha} for name, sha in files.items()}
+    manifest_sha = write_json(manifest, staging / "manifest.json")
+    target = workspace.release_dir(run_id)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    day = datetime.fromisoformat(manifest["release_date"]).replace(tzinfo=UTC).timestamp()
+    for path in [*target.iterdir(), target]:
+        os.utime(path, (day, day))
+    with catalog.transaction() as con:
+        for name, sha in [*files.items(), ("manifest.json", manifest_sha)]:
+            rel = str(target.relative_to(workspace.root) / name)
+            catalog.register_artifact(
+                f"release/{run_id}/{name}", run_id, "release", rel, sha, "public", con=con
+            )
+        con.execute(
+            "INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, 0.0, ?, ?, ?)",
+            [run_id, collection.dataset, str(target.relative_to(workspace.root)),
+             manifest["guarantee"]["epsilon"], Adjacency.LOCAL.value, manifest_sha, now()],
+        )  # fmt: skip
+    return target, manifest
