@@ -724,8 +724,11 @@ def budget_report(ledger: Ledger, dataset: str) -> dict:
     from fdptm.mechanisms.guarantee import describe
 
     cap = ledger.cap(dataset)
+    local = ledger.default_unit(dataset) == Adjacency.LOCAL
     totals = {}
     for unit in Adjacency:
+        if (unit == Adjacency.LOCAL) != local:  # local and central spends never mix
+            continue
         try:
             c = ledger.lifetime(dataset, unit)
         except ValueError:

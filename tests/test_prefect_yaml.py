@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fdptm.request import ReleaseRequest
+from fdptm.request import LocalReleaseRequest, ReleaseRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -41,10 +41,15 @@ def test_prefect_deploy_all_registers_every_deployment_on_the_process_pool():
         async with get_client() as client:
             return await client.read_deployment_by_name(name)
 
-    flows = ["release", "release", "audited-release", "backfill"]
+    flows = ["release", "release", "audited-release", "backfill", "online-release"]
     for flow_name, spec in zip(flows, declared, strict=True):
         d = run_coro_as_sync(read(f"{flow_name}/{spec['name']}"))
         assert d.work_pool_name == "fdptm-process"
+        if flow_name == "online-release":
+            assert [s.schedule.interval.total_seconds() for s in d.schedules] == [900]
+            local = LocalReleaseRequest.build(**d.parameters["request"])
+            assert (local.dataset, local.mechanism, local.prior) == ("reports", "olp-lda", "pub")
+            continue
         crons = [s["cron"] for s in spec.get("schedules", [])]
         assert [s.schedule.cron for s in d.schedules] == crons
         request = ReleaseRequest.build(**d.parameters["request"])
