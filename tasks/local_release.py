@@ -27,6 +27,7 @@ from fdptm.storage.workspace import Workspace
 from fdptm.tasks.local_reports import LocalCollection
 from fdptm.tasks.release import topic_summaries
 from fdptm.tasks.stages import topic_word_table
+from fdptm.version import code_version
 
 PAPER = "hdp-lda-lp-lda-olp-lda.txt"
 
@@ -67,11 +68,42 @@ def local_guarantee(collection: LocalCollection, catalog: Catalog, seqs: list[in
             "numerator": g["flip_numerator"],
             "denominator": g["flip_denominator"],
         },
+        "accountant": "Theorem 4: each of the V bits is log((1 - f/2)/(f/2))-LDP, composed "
+        "sequentially over the V bits of a document; releases are post-processing",
+        "not_covered": "Not covered: whether a device took part (the number of reports is "
+        "public), and a device that sent several reports beyond the sum of their epsilons.",
         "spent_by_this_release": {"epsilon": 0.0, "delta": 0.0},
         "collection_entries": [
             e["entry_id"] for e in entries if runs.get(e["run_id"]) in set(seqs)
         ],
     }
+
+
+def _stages(collection: LocalCollection, name: str) -> list[dict]:
+    """The manifest's per-stage table: the devices' randomised response, then the server's
+    training, which is post-processing and adds nothing."""
+    g = collection.guarantee
+    return [
+        {
+            "stage": "collection",
+            "step": "device",
+            "mechanism": "randomized-response",
+            "notion": "local-dp",
+            "adjacency": Adjacency.LOCAL.value,
+            "epsilon": g["document_epsilon"],
+            "delta": 0.0,
+            "per_word_epsilon": g["word_epsilon"],
+        },
+        {
+            "stage": "train",
+            "step": "server",
+            "mechanism": name,
+            "notion": "post-processing",
+            "adjacency": Adjacency.LOCAL.value,
+            "epsilon": 0.0,
+            "delta": 0.0,
+        },
+    ]
 
 
 def publish_local(
@@ -93,6 +125,7 @@ def publish_local(
         "release_date": now().date().isoformat(),
         "guarantee": local_guarantee(collection, catalog, seqs),
         "mechanism": mechanism,
+        "stages": _stages(collection, mechanism["name"]),
         "batches": seqs,
         "n_reports": n_reports,
         "vocabulary": {
@@ -100,6 +133,13 @@ def publish_local(
             "fingerprint " + collection.vocabulary.fingerprint + ")",
             "size": len(words),
         },
+        "model": {
+            "topics": phi.shape[0],
+            "vocabulary_size": len(words),
+            "format": "topic_word.parquet: one row per topic, 'probabilities' is a list of "
+            "length vocabulary_size aligned with vocabulary.parquet's 'index'",
+        },
+        "code_version": code_version(),
         "topics": topic_summaries(phi, words),
     }
     staging = workspace.run_dir(run_id) / "release-staging"

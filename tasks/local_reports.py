@@ -28,14 +28,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm import __version__
 from fdptm.errors import BadInputError
 from fdptm.local.flip import Flip
-from fdptm.local.reports import check
+from fdptm.local.reports import as_matrix, check
 from fdptm.local.vocabulary import LocalVocabulary
 from fdptm.pre import PreConfig
 from fdptm.privacy.adjacency import Adjacency
@@ -108,9 +107,7 @@ def read_reports(workspace: Workspace, catalog: Catalog, dataset: str, seqs: lis
     out = []
     for seq in seqs:
         column = read(workspace, batches[seq]).column("report").combine_chunks()
-        width = column.type.byte_width
-        data = np.frombuffer(column.buffers()[1], dtype=np.uint8)
-        out.append(data[: len(column) * width].reshape(len(column), width))
+        out.append(as_matrix(column, column.type.byte_width))
     return out
 
 

@@ -119,6 +119,10 @@ def test_lp_lda_release_states_the_per_document_guarantee_first(collected, tmp_p
     assert release.manifest["n_reports"] == 1200 and release.manifest["batches"] == [1, 2, 3]
     assert release.manifest["mechanism"]["name"] == "lp-lda"
     assert len(Ledger(Catalog(workspace)).entries("rep")) == 3  # the release charged nothing
+    from fdptm.tasks.report import write_report
+
+    page = write_report(workspace, outcome["run_id"]).read_text()
+    assert f"{per_doc:.6g}-local DP per document" in page and "randomized-response" in page
     again = local_release(_request(workspace, batches="2"))
     assert load_release(again["release_path"]).manifest["n_reports"] == 400
 

@@ -100,7 +100,7 @@ def check(reports: pa.Table, vocabulary: LocalVocabulary, flip: Flip, source: st
             f"{max(lengths[row], 0)} bytes, but a report over {vocabulary.size} words has {width}",
         )
     sized = np.flatnonzero(lengths == width)
-    data = _bytes(report.take(pa.array(sized)), width)
+    data = as_matrix(report.take(pa.array(sized)), width)
     spare = 8 * width - vocabulary.size
     if spare:
         high = np.uint8((0xFF << (8 - spare)) & 0xFF)
@@ -113,7 +113,7 @@ def check(reports: pa.Table, vocabulary: LocalVocabulary, flip: Flip, source: st
     return Checked(np.ascontiguousarray(data[keep]), good, reasons)
 
 
-def _bytes(column: pa.Array, width: int) -> np.ndarray:
+def as_matrix(column: pa.Array, width: int) -> np.ndarray:
     """Binary values all ``width`` long as an n x width uint8 array."""
     if len(column) == 0:
         return np.zeros((0, width), dtype=np.uint8)
