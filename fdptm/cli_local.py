@@ -27,6 +27,12 @@ def add_parser(sub, workspace) -> None:
     )
     vocab.add_argument("output", help="the vocabulary document to write (JSON)")
     vocab.add_argument("--size", type=int, default=5000, help="words kept (default 5000)")
+    vocab.add_argument(
+        "--declare-public",
+        action="store_true",
+        help="SOURCE is a word-list file you declare public (fdptm cannot verify it; "
+        "manifests say so)",
+    )
     workspace(vocab)
     rand = cmds.add_parser(
         "randomize", help="randomise documents into LDP reports (the device side, in batch)"
@@ -56,7 +62,9 @@ def _vocabulary(args: argparse.Namespace) -> int:
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks.local_reports import build_vocabulary
 
-    vocabulary = build_vocabulary(args.source, Workspace.resolve(args.workspace), args.size)
+    vocabulary = build_vocabulary(
+        args.source, Workspace.resolve(args.workspace), args.size, args.declare_public
+    )
     vocabulary.save(args.output)
     print(f"vocabulary: {vocabulary.size} words from {args.source} -> {args.output}")
     print(f"fingerprint: {vocabulary.fingerprint}")
@@ -105,7 +113,7 @@ def _release(args: argparse.Namespace) -> int:
 
 def print_outcome(outcome: dict) -> None:
     print(f"run id:    {outcome['run_id']}")
-    print(f"release:   {outcome['release_path']} (batches {outcome['batches']})")
+    print(f"release:   {outcome['release_path']} (depends on batches {outcome['batches']})")
     print(f"guarantee: {outcome['statement']}")
     print("top words (only those above their topic's floor, with probabilities):")
     for t in outcome["topics"]:

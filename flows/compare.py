@@ -90,6 +90,7 @@ def compare_flow(
     catalog = Catalog(root)
     if catalog.dataset(dataset) is None:
         raise BadInputError(f"no dataset named {dataset!r} in {root.root}; ingest it first")
+    Ledger(catalog).require_documents(dataset)
     batches = tuple(b["seq"] for b in catalog.batches(dataset))
     spec = RunSpec(
         run_id=lifecycle.new_run_id(dataset).replace(dataset, f"{dataset}-compare", 1),

@@ -4,10 +4,11 @@
 batches of a local dataset and publishes one release. ``online_release`` runs OLP-LDA
 (section VI, Algorithm 2): the first time, it trains the online model's start on the public
 prior dataset D0; then it takes every report batch ingested since the model's last one, in
-order, and publishes one release per batch (``Phi^l``, eq. 13). The model's state between
-batches (``OnlineState``) is an internal artifact, recorded with the last batch it took in
-``online_models``; the deployment ``online-release`` runs this flow on a schedule so that each
-batch is released soon after it lands.
+order, and publishes one release per batch (``Phi^l``, eq. 13), which depends on that batch
+and, through the model's state, on every batch before it (its manifest says so). The
+model's state between batches (``OnlineState``) is an internal artifact, recorded with the
+last batch it took in ``online_models``; the deployment ``online-release`` runs this flow
+on a schedule so that each batch is released soon after it lands.
 
 Neither flow reads anything private beyond the reports, and neither touches the ledger:
 the collection's local guarantee was recorded once, at ingest, and every release is
@@ -148,8 +149,10 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
             "omega": est.omega,
             "implied_prior_variance": est.sigma2,
         }
+        mechanism["new_batch"] = seq
+        upto = [b["seq"] for b in catalog.batches(request.dataset) if b["seq"] <= seq]
         target, manifest = publish_local(
-            workspace, catalog, run_id, collection, phi, [seq], mechanism, len(reports)
+            workspace, catalog, run_id, collection, phi, upto, mechanism, len(reports)
         )
         with catalog.transaction() as con:
             last = con.execute(

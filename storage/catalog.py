@@ -173,6 +173,12 @@ CREATE TABLE IF NOT EXISTS local_collections (
     flip_numerator BIGINT NOT NULL,
     created_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS local_vocabularies (
+    fingerprint VARCHAR PRIMARY KEY,
+    source VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL
+);
 CREATE TABLE IF NOT EXISTS online_models (
     dataset VARCHAR NOT NULL,
     name VARCHAR NOT NULL,

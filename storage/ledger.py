@@ -90,6 +90,7 @@ from decimal import Decimal
 from typing import Any
 
 from fdptm.errors import BadInputError, BudgetRefusedError, FdptmError
+from fdptm.mechanisms.guarantee import LOCAL_DP
 from fdptm.privacy.accountant import (
     BudgetPlan,
     Composition,
@@ -144,9 +145,9 @@ def parallel_at(
 ) -> bool:
     """Whether totals at ``unit`` may compose in parallel over atoms (module docstring):
     add/remove of a document, which is the author level too when authors are documents;
-    add/remove of an author when the dataset has author buckets; local DP, where one
-    device's report lies in the one batch it was ingested with."""
-    return unit in (Adjacency.DOCUMENT, Adjacency.LOCAL) or (
+    add/remove of an author when the dataset has author buckets. Never at ``local``: a
+    device may send a report in every batch, so local spends compose sequentially."""
+    return unit == Adjacency.DOCUMENT or (
         unit == Adjacency.AUTHOR and (authors_are_documents or bool(buckets))
     )
 
@@ -313,6 +314,16 @@ class Ledger:
                 "private dataset never becomes public"
             )
 
+    def require_documents(self, dataset: str) -> None:
+        """Refuse a dataset of local-DP reports where documents are needed (central runs)."""
+        if self.default_unit(dataset) == Adjacency.LOCAL:
+            raise BadInputError(
+                f"dataset {dataset!r} holds local-DP reports, not documents: central mechanisms "
+                "and their audits cannot read it. Release it with `fdptm local release "
+                f"--dataset {dataset} --mechanism lp-lda|olp-lda` (free post-processing of the "
+                "reports)"
+            )
+
     def author_buckets(self, dataset: str) -> int | None:
         """The number of author buckets declared when the dataset was created, or None."""
         row = self.catalog.dataset(dataset)
@@ -329,6 +340,11 @@ class Ledger:
         epsilon = check_epsilon(epsilon, "cap epsilon")
         delta = check_delta(delta, "cap delta")
         unit = unit or self.default_unit(dataset)
+        if (unit == Adjacency.LOCAL) != (self.default_unit(dataset) == Adjacency.LOCAL):
+            raise BadInputError(
+                f"dataset {dataset!r} is {self.default_unit(dataset).value}-level: a cap at local "
+                "level is for a dataset of local reports, which takes no other"
+            )
         with self.catalog.transaction() as con:
             row = con.execute("SELECT public FROM datasets WHERE name = ?", [dataset]).fetchone()
             if row is None:
@@ -497,7 +513,15 @@ class Ledger:
         once, as spent: the devices randomised them before the server saw them, so the
         spend happened at collection, whatever the server does later. Releases from these
         reports are post-processing and record nothing. Called inside the ingest's
-        transaction ``con``; the scope is the batch, where every report lies."""
+        transaction ``con``; the scope is the batch. Local entries compose sequentially (a
+        device may report in every batch), and a cap at ``local`` refuses the batch
+        (``BudgetRefusedError``, nothing stored) when the sum would exceed it: a function of
+        f, V and the number of batches only."""
+        cap = self.cap(dataset)
+        if cap is not None:
+            active = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+            new = [(epsilon, 0.0, Adjacency.LOCAL, LOCAL_DP, 0.0, Scope((seq,)))]
+            _check_cap(cap, active, new, False, Scope((seq,)), None)
         ts = now()
         con.execute(
             "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency,"
@@ -510,10 +534,10 @@ class Ledger:
                 run_id,
                 Adjacency.LOCAL.value,
                 check_epsilon(epsilon, "local epsilon"),
-                "local DP at collection: V x the per-word epsilon per document (Theorem 4)",
+                "local DP at collection: V x the per-word epsilon per report (Theorem 4)",
                 ts,
                 ts,
-                "approximate-dp",
+                LOCAL_DP,
                 json.dumps(accounting),
                 json.dumps(Scope((seq,)).to_dict()),
             ],

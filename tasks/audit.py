@@ -87,6 +87,11 @@ def release_spec(catalog: Catalog, run_id: str) -> RunSpec:
     """The audited run's parameters, as its ``runs`` row recorded them."""
     rows = catalog.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
     released = catalog.query("SELECT 1 FROM releases WHERE run_id = ?", [run_id])
+    if rows and rows[0]["kind"] in ("local-release", "online-release"):
+        raise BadInputError(
+            f"{run_id} is a release from local-DP reports: the membership audit replays a "
+            "central mechanism on documents, which a report dataset does not hold"
+        )
     if not rows or rows[0]["kind"] != "release" or not released:
         raise BadInputError(
             f"no published release with run id {run_id!r}; list releases with "

@@ -458,6 +458,11 @@ def _declare_unit(
 ) -> str:
     """The dataset's unit, refusing every combination that would mislabel it."""
     has_authors = "author_id" in rows.mapping
+    if existing == "local":
+        raise BadInputError(
+            f"dataset {dataset!r} holds local-DP reports, never documents: ingest report files "
+            "with --local-reports, or documents into another dataset"
+        )
     if existing is not None and requested is not None and requested != existing:
         raise BadInputError(
             f"dataset {dataset!r} was created with privacy unit {existing!r}; a "

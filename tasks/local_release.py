@@ -13,6 +13,7 @@ and the training parameters. The reconstruction's seed stays internal.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from datetime import UTC, datetime
@@ -20,11 +21,14 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from fdptm.local.randomizer import SAMPLER
+from fdptm.mechanisms.guarantee import LOCAL_DP
+from fdptm.privacy.accountant import exact_sum
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.storage.artifacts import write_json, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.workspace import Workspace
-from fdptm.tasks.local_reports import LocalCollection
+from fdptm.tasks.local_reports import VOCABULARY_KINDS, LocalCollection, vocabulary_kind
 from fdptm.tasks.release import topic_summaries
 from fdptm.tasks.stages import topic_word_table
 from fdptm.version import code_version
@@ -33,35 +37,53 @@ PAPER = "hdp-lda-lp-lda-olp-lda.txt"
 
 
 def local_guarantee(collection: LocalCollection, catalog: Catalog, seqs: list[int]) -> dict:
-    """The manifest's guarantee for a release from batches ``seqs`` of ``collection``."""
+    """The manifest's guarantee for a release that depends on batches ``seqs``.
+
+    Per document first (one report: Theorem 4's V x the per-bit epsilon), then per device
+    (a device may send one report in every batch the release depends on, so the batches'
+    epsilons add up), then the presence of one word (one bit) and the replacement of one
+    token by another (two bits)."""
     g = collection.guarantee
     v = g["vocabulary_size"]
-    doc, word = g["document_epsilon"], g["word_epsilon"]
-    entries = catalog.query(
-        "SELECT entry_id, run_id FROM ledger WHERE dataset = ? AND stage = 'collection'"
-        " ORDER BY created_at",
-        [collection.dataset],
+    doc, word, token = g["document_epsilon"], g["word_epsilon"], g["token_replacement_epsilon"]
+    device = float(exact_sum([doc] * len(seqs)))
+    batches = {b["seq"]: b["run_id"] for b in catalog.batches(collection.dataset)}
+    runs = [batches[q] for q in seqs]
+    params = catalog.query(
+        f"SELECT params FROM runs WHERE run_id IN ({', '.join('?' * len(runs))})", runs
     )
-    runs = {b["run_id"]: b["seq"] for b in catalog.batches(collection.dataset)}
+    seeded = any(json.loads(p["params"]).get("seeded") for p in params)
+    test_run = (
+        ". TEST RUN: reports drawn from a seeded keystream, which anyone with the seed can "
+        "undo; NOT private, never publish it"
+        if seeded
+        else ""
+    )
     return {
-        "notion": "local-dp",
+        "notion": LOCAL_DP,
         "statement": (
             f"{doc:.6g}-local DP per document: each device randomised its whole document "
             f"(V = {v} bits, each {word:.6g}-LDP) before sending it (Theorem 4); "
-            f"{word:.6g}-local DP for the presence of any one word. Holds against the server "
-            "too. This release is post-processing of the reports and spent nothing more"
+            f"{device:.6g}-local DP for a device that sent a report in each of the "
+            f"{len(seqs)} batch(es) this release depends on; {word:.6g}-local DP for the "
+            f"presence of any one word ({token:.6g} for replacing one token by another). "
+            "Holds against the server too; this release is post-processing of the reports "
+            f"and spent nothing more{test_run}"
         ),
         "per_document": {"epsilon": doc, "delta": 0.0},
-        "per_word": {"epsilon": word, "delta": 0.0},
+        "per_device": {"epsilon": device, "delta": 0.0, "batches": len(seqs)},
+        "per_word_presence": {"epsilon": word, "delta": 0.0},
+        "per_token_replacement": {"epsilon": token, "delta": 0.0},
         "epsilon": doc,
         "delta": 0.0,
         "gamma": 0.0,
-        "seeded": False,
+        "seeded": seeded,
+        "sampler": SAMPLER,
         "adjacency": Adjacency.LOCAL.value,
-        "neighbouring_datasets": "any two collections that differ in the report of one "
-        "device, whatever the documents behind the two reports",
-        "privacy_unit": "one device's document (a device that sent several reports: the "
-        "sum of their per-document epsilons)",
+        "neighbouring_datasets": "any two collections that differ in one device's document "
+        "(its report randomised from the one or the other), every other report the same",
+        "privacy_unit": "one document (one report); a device that sent several reports has "
+        "the sum of their epsilons (per_device)",
         "dataset_unit": Adjacency.LOCAL.value,
         "flip": {
             "f": g["flip"],
@@ -69,13 +91,11 @@ def local_guarantee(collection: LocalCollection, catalog: Catalog, seqs: list[in
             "denominator": g["flip_denominator"],
         },
         "accountant": "Theorem 4: each of the V bits is log((1 - f/2)/(f/2))-LDP, composed "
-        "sequentially over the V bits of a document; releases are post-processing",
-        "not_covered": "Not covered: whether a device took part (the number of reports is "
-        "public), and a device that sent several reports beyond the sum of their epsilons.",
+        "sequentially over the V bits of a document and over the batches of a device; "
+        "releases are post-processing",
+        "not_covered": "Not covered: whether a device took part (the number of reports is public).",
         "spent_by_this_release": {"epsilon": 0.0, "delta": 0.0},
-        "collection_entries": [
-            e["entry_id"] for e in entries if runs.get(e["run_id"]) in set(seqs)
-        ],
+        "collection_entries": [f"{run}/collection" for run in runs],
     }
 
 
@@ -88,7 +108,7 @@ def _stages(collection: LocalCollection, name: str) -> list[dict]:
             "stage": "collection",
             "step": "device",
             "mechanism": "randomized-response",
-            "notion": "local-dp",
+            "notion": LOCAL_DP,
             "adjacency": Adjacency.LOCAL.value,
             "epsilon": g["document_epsilon"],
             "delta": 0.0,
@@ -129,8 +149,9 @@ def publish_local(
         "batches": seqs,
         "n_reports": n_reports,
         "vocabulary": {
-            "source": f"public vocabulary {collection.vocabulary.source} (the devices' own, "
-            "fingerprint " + collection.vocabulary.fingerprint + ")",
+            "source": collection.vocabulary.source,
+            "kind": VOCABULARY_KINDS[vocabulary_kind(catalog, collection.vocabulary.fingerprint)],
+            "fingerprint": collection.vocabulary.fingerprint,
             "size": len(words),
         },
         "model": {

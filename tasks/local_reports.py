@@ -2,9 +2,13 @@
 
 ``build_vocabulary`` is the server side of ``fdptm local vocabulary``: the N most frequent
 words of a public source (``tasks.public_vocabulary``: ``public:DATASET`` passes the
-ledger's public gate, ``wordfreq:LANG``, or a word-list file the operator declares public),
+ledger's public gate, ``wordfreq:LANG``, or a word-list file only with ``declare_public``,
+the operator's word that it is public, which fdptm cannot verify and manifests say so),
 after PRE, as the document devices load (``fdptm.local.vocabulary``). A file inside a
-release directory is refused: a release's vocabulary was selected from private data.
+release directory is refused: a release's vocabulary was selected from private data. Each
+vocabulary built is recorded in the catalog (``local_vocabularies``: fingerprint, source,
+kind), and a local dataset can only be created over a recorded fingerprint: that, not the
+device's format check, is the gate against a vocabulary made from private text.
 
 ``ingest_reports`` (``fdptm ingest --local-reports``) appends a report file (``fdptm.local.
 reports``) to a local dataset as a new batch. The dataset is created with the vocabulary
@@ -49,16 +53,34 @@ DEFAULT_VOCABULARY_SIZE = 5000
 _SHOWN = 10
 
 
+VOCABULARY_KINDS = {
+    "public": "a dataset ingested with --public",
+    "wordfreq": "the wordfreq package's public word-frequency list",
+    "declared": "a word list the operator declared public (not verified by fdptm)",
+}
+
+
 def build_vocabulary(
-    source: str, workspace: Workspace, size: int = DEFAULT_VOCABULARY_SIZE
+    source: str,
+    workspace: Workspace,
+    size: int = DEFAULT_VOCABULARY_SIZE,
+    declare_public: bool = False,
 ) -> LocalVocabulary:
-    """The ``size`` most frequent words of the public ``source``, after PRE."""
+    """The ``size`` most frequent words of the public ``source``, after PRE, recorded in the
+    catalog as a vocabulary local datasets may use."""
     from fdptm.tasks.public_vocabulary import load
 
     if size < 1:
         raise BadInputError(f"--size must be at least 1, got {size}")
+    kind = source.partition(":")[0] if source.startswith(("public:", "wordfreq:")) else "declared"
+    if kind == "declared" and not declare_public:
+        raise BadInputError(
+            f"{source} is a word list: fdptm cannot tell whether it was made from private text. "
+            "If it is public, say so with --declare-public (manifests will say the operator "
+            "declared it); else build the vocabulary from public:DATASET or wordfreq:LANG:N"
+        )
     path = Path(source).expanduser()
-    if ":" not in source or path.exists():
+    if kind == "declared":
         for folder in path.resolve().parents:
             if (folder / "manifest.json").is_file():
                 raise BadInputError(
@@ -68,7 +90,19 @@ def build_vocabulary(
                 )
     cfg = PreConfig()
     public = load(source, workspace, cfg)
-    return LocalVocabulary(tuple(public.most_frequent(size)), source, cfg)
+    vocabulary = LocalVocabulary(tuple(public.most_frequent(size)), source, cfg)
+    workspace.create()
+    Catalog(workspace).execute(
+        "INSERT INTO local_vocabularies VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [vocabulary.fingerprint, source, kind, now()],
+    )
+    return vocabulary
+
+
+def vocabulary_kind(catalog: Catalog, fingerprint: str) -> str | None:
+    """How the recorded vocabulary ``fingerprint`` was built (``VOCABULARY_KINDS``), or None."""
+    rows = catalog.query("SELECT kind FROM local_vocabularies WHERE fingerprint = ?", [fingerprint])
+    return rows[0]["kind"] if rows else None
 
 
 @dataclass(frozen=True)
@@ -132,8 +166,11 @@ def ingest_reports(
     *,
     vocabulary: LocalVocabulary,
     flip: Flip,
+    allow_seeded: bool = False,
 ) -> ReportIngest:
-    """Append the valid reports of ``path`` to the local ``dataset`` (module docstring)."""
+    """Append the valid reports of ``path`` to the local ``dataset`` (module docstring).
+    ``allow_seeded`` accepts reports from a seeded keystream (tests only); releases that
+    read them say they are not private."""
     check_name(dataset)
     source = Path(path)
     if not source.is_file():
@@ -146,16 +183,16 @@ def ingest_reports(
             f"{source} is not a Parquet report file ({type(exc).__name__}); write reports "
             "with `fdptm local randomize`"
         ) from None
-    checked = check(table, vocabulary, flip, source.name)
+    checked = check(table, vocabulary, flip, source.name, allow_seeded)
+    seeded = (table.schema.metadata or {}).get(b"seeded") == b"true"
     source_sha = hashlib.sha256(data).hexdigest()
     workspace.create()
     catalog = Catalog(workspace)
     run_id = f"ingest-{uuid.uuid4().hex[:12]}"
     recovery.claim(workspace, run_id)
     try:
-        catalog.start_run(
-            run_id, dataset, "ingest", {"source": str(source), "local_reports": True}, __version__
-        )
+        params = {"source": str(source), "local_reports": True, "seeded": seeded}
+        catalog.start_run(run_id, dataset, "ingest", params, __version__)
         try:
             result = _store(workspace, catalog, run_id, source, source_sha, dataset, vocabulary,
                             flip, checked)  # fmt: skip
@@ -173,6 +210,15 @@ def _declare(con, dataset: str, vocabulary: LocalVocabulary, flip: Flip) -> None
     """Create the local dataset, or check that this batch declares its vocabulary and f."""
     row = con.execute("SELECT unit FROM datasets WHERE name = ?", [dataset]).fetchone()
     if row is None:
+        known = con.execute(
+            "SELECT 1 FROM local_vocabularies WHERE fingerprint = ?", [vocabulary.fingerprint]
+        ).fetchone()
+        if known is None:
+            raise BadInputError(
+                f"vocabulary {vocabulary.fingerprint} was not built in this workspace from a "
+                "public source: run `fdptm local vocabulary SOURCE OUTPUT` here (the same "
+                "source and size give the same fingerprint) before collecting over it"
+            )
         con.execute(
             "INSERT INTO datasets (name, unit, created_at, public) VALUES (?, ?, ?, FALSE)",
             [dataset, Adjacency.LOCAL.value, now()],

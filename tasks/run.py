@@ -221,12 +221,7 @@ def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, list[dict]
     ledger = Ledger(catalog)
     if ledger.is_public(dataset):
         raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
-    if ledger.default_unit(dataset) == Adjacency.LOCAL:
-        raise BadInputError(
-            f"dataset {dataset!r} holds local-DP reports, not documents: central mechanisms "
-            "cannot read it. Release it with `fdptm local release --dataset "
-            f"{dataset} --mechanism lp-lda|olp-lda` (free post-processing of the reports)"
-        )
+    ledger.require_documents(dataset)
     batches = catalog.batches(dataset)
     if not batches:
         raise BadInputError(f"dataset {dataset!r} has no batches; ingest data first")

@@ -62,7 +62,9 @@ def test_theorem_4_epsilons_of_the_realised_flip():
     assert flip.word_epsilon == pytest.approx(math.log((1 - q) / q), rel=1e-15)
     assert flip.document_epsilon(1000) == pytest.approx(1000 * flip.word_epsilon, rel=1e-15)
     g = flip.to_dict(1000)
-    assert list(g)[:2] == ["document_epsilon", "word_epsilon"]
+    assert list(g)[:3] == ["document_epsilon", "word_epsilon", "token_replacement_epsilon"]
+    assert flip.word_epsilon >= math.log((1 - q) / q)  # stated figures bound the exact ones
+    assert g["token_replacement_epsilon"] >= 2 * flip.word_epsilon
     assert Flip.from_word_epsilon(3.0).word_epsilon == pytest.approx(3.0, abs=1e-5)
     for bad in (0.0, 1.0, -0.1, 1.5, float("nan"), True):
         with pytest.raises(BadInputError):
@@ -201,6 +203,16 @@ def test_a_report_with_another_vocabulary_or_f_is_refused_with_its_reason():
     np.testing.assert_array_equal(checked.reports, good)
     with pytest.raises(BadInputError, match="not a report file"):
         check(mixed.drop_columns(["flip"]), vocab, flip, "reports.parquet")
+    seeded = table(good, vocab, flip, seeded=True)
+    with pytest.raises(BadInputError, match="seeded keystream"):
+        check(seeded, vocab, flip, "reports.parquet")
+    assert len(check(seeded, vocab, flip, "reports.parquet", allow_seeded=True).rows) == 3
+    with pytest.raises(BadInputError, match="not written by this randomiser"):
+        check(seeded.replace_schema_metadata({}), vocab, flip, "reports.parquet")
+    named = table(good[:1], vocab, flip).set_column(
+        1, "vocabulary", pa.array(["<b>some text</b>"], pa.string())
+    )
+    assert "(not a fingerprint)" in check(named, vocab, flip, "r").reasons[0]
 
 
 def test_a_vocabulary_must_be_a_public_vocabulary_document(tmp_path):

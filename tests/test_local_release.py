@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from fdptm.errors import BadInputError
+from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.local import Flip, KeyStream, LocalVocabulary, randomize, write_reports
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.release import load_release
@@ -42,7 +42,11 @@ def collected(tmp_path_factory, pheme_raw):
         docs = texts[300 + 400 * b : 700 + 400 * b]
         files.append(
             write_reports(
-                root / f"r{b}.parquet", randomize(docs, vocab, FLIP, KeyStream(b)), vocab, FLIP
+                root / f"r{b}.parquet",
+                randomize(docs, vocab, FLIP, KeyStream(b)),
+                vocab,
+                FLIP,
+                seeded=True,
             )
         )
     return root, workspace, vocab, files
@@ -53,9 +57,16 @@ def _fresh(collected, tmp_path, n: int = 3) -> Workspace:
     root, _, vocab, files = collected
     workspace = Workspace.resolve(tmp_path / "ws")
     ingest(root / "pub.txt", "pub", workspace, public=True)
+    assert build_vocabulary("public:pub", workspace, 300).fingerprint == vocab.fingerprint
     for path in files[:n]:
-        ingest_reports(path, "rep", workspace, vocabulary=vocab, flip=FLIP)
+        _ingest(path, workspace, vocab)
     return workspace
+
+
+def _ingest(path, workspace, vocab, flip=FLIP, dataset="rep"):
+    """The test reports were drawn from a seeded keystream (reproducible), so they are
+    ingested with allow_seeded; releases from them say they are a test run."""
+    return ingest_reports(path, dataset, workspace, vocabulary=vocab, flip=flip, allow_seeded=True)
 
 
 def _request(workspace: Workspace, **fields) -> LocalReleaseRequest:
@@ -73,8 +84,9 @@ def test_ingest_records_the_collections_local_guarantee_once_per_batch(collected
     ] * 3
     assert all(e["epsilon"] == pytest.approx(per_doc) and e["delta"] == 0 for e in entries)
     assert json.loads(entries[0]["accounting"])["word_epsilon"] == FLIP.word_epsilon
-    life = Ledger(catalog).lifetime("rep", Adjacency.LOCAL)  # one report, one batch: parallel
-    assert life.epsilon == pytest.approx(per_doc) and life.delta == 0
+    assert {e["notion"] for e in entries} == {"local-dp"}
+    life = Ledger(catalog).lifetime("rep", Adjacency.LOCAL)  # a device may report in each batch
+    assert life.epsilon == pytest.approx(3 * per_doc) and life.delta == 0
     report = budget_report(Ledger(catalog), "rep")
     assert list(report["totals"]) == ["local"] and report["dataset_unit"] == "local"
     assert "local" not in budget_report(Ledger(catalog), "pub")["totals"]
@@ -85,18 +97,40 @@ def test_reports_with_another_vocabulary_or_f_are_refused(collected, tmp_path):
     workspace = _fresh(collected, tmp_path, n=1)
     other = LocalVocabulary(vocab.words[:-1], vocab.source)
     with pytest.raises(BadInputError, match="vocabulary"):
-        ingest_reports(files[1], "rep", workspace, vocabulary=other, flip=FLIP)
+        _ingest(files[1], workspace, other)
     with pytest.raises(BadInputError, match="f ="):
-        ingest_reports(files[1], "rep", workspace, vocabulary=vocab, flip=Flip.from_f(0.2))
+        _ingest(files[1], workspace, vocab, Flip.from_f(0.2))
     with pytest.raises(BadInputError, match="no valid report"):  # a new dataset, wrong f
-        ingest_reports(files[1], "rep2", workspace, vocabulary=vocab, flip=Flip.from_f(0.2))
+        _ingest(files[1], workspace, vocab, Flip.from_f(0.2), "rep2")
+    with pytest.raises(BadInputError, match="not built in this workspace"):
+        _ingest(files[1], workspace, other, dataset="rep3")
     with pytest.raises(BadInputError, match="already ingested"):
-        ingest_reports(files[0], "rep", workspace, vocabulary=vocab, flip=FLIP)
+        _ingest(files[0], workspace, vocab)
+    with pytest.raises(BadInputError, match="seeded keystream"):  # reports of a test run
+        ingest_reports(files[1], "rep", workspace, vocabulary=vocab, flip=FLIP)
     catalog = Catalog(workspace)
     assert len(catalog.batches("rep")) == 1 and catalog.dataset("rep2") is None
     assert len(Ledger(catalog).entries("rep")) == 1  # nothing recorded for the refusals
     with pytest.raises(BadInputError, match="holds documents"):
-        ingest_reports(files[1], "pub", workspace, vocabulary=vocab, flip=FLIP)
+        _ingest(files[1], workspace, vocab, dataset="pub")
+    with pytest.raises(BadInputError, match="never documents"):
+        ingest(collected[0] / "pub.txt", "rep", workspace)
+
+
+def test_a_cap_at_local_level_refuses_the_batch_that_would_exceed_it(collected, tmp_path):
+    _, _, vocab, files = collected
+    workspace = _fresh(collected, tmp_path, n=1)
+    ledger = Ledger(Catalog(workspace))
+    with pytest.raises(BadInputError, match="local level"):
+        ledger.set_cap("rep", 1e4, 1e-5, Adjacency.DOCUMENT)
+    with pytest.raises(BadInputError, match="local level"):
+        ledger.set_cap("rep", 1e4, 1e-5, Adjacency.AUTHOR)
+    per_doc = 300 * FLIP.word_epsilon
+    ledger.set_cap("rep", 2.5 * per_doc, 1e-5)
+    _ingest(files[1], workspace, vocab)
+    with pytest.raises(BudgetRefusedError):
+        _ingest(files[2], workspace, vocab)
+    assert len(Catalog(workspace).batches("rep")) == 2
 
 
 def test_lp_lda_release_states_the_per_document_guarantee_first(collected, tmp_path):
@@ -107,11 +141,15 @@ def test_lp_lda_release_states_the_per_document_guarantee_first(collected, tmp_p
     release = load_release(outcome["release_path"])
     g = release.guarantee
     keys = list(g)
-    assert keys.index("per_document") < keys.index("per_word")
+    assert keys.index("per_document") < keys.index("per_device") < keys.index("per_word_presence")
     per_doc = 300 * FLIP.word_epsilon
     assert g["per_document"]["epsilon"] == pytest.approx(per_doc) == g["epsilon"]
-    assert g["per_word"]["epsilon"] == pytest.approx(FLIP.word_epsilon)
+    assert g["per_device"] == {"epsilon": pytest.approx(3 * per_doc), "delta": 0.0, "batches": 3}
+    assert g["per_word_presence"]["epsilon"] == pytest.approx(FLIP.word_epsilon)
+    assert g["per_token_replacement"]["epsilon"] == pytest.approx(2 * FLIP.word_epsilon)
     assert g["statement"].startswith(f"{per_doc:.6g}-local DP per document")
+    assert g["seeded"] and "TEST RUN" in g["statement"]
+    assert release.manifest["vocabulary"]["kind"].startswith("a dataset ingested with --public")
     assert g["adjacency"] == "local" and g["spent_by_this_release"]["epsilon"] == 0
     assert len(g["collection_entries"]) == 3
     assert release.topic_word.shape == (3, 300)
@@ -136,18 +174,20 @@ def test_streaming_over_three_batches_publishes_three_releases_and_charges_nothi
     workspace = _fresh(collected, tmp_path, n=2)
     request = _request(workspace, mechanism="olp-lda", prior="pub")
     first = online_release(request)
-    assert [o["batches"] for o in first] == [[1], [2]]
-    ingest_reports(files[2], "rep", workspace, vocabulary=vocab, flip=FLIP)  # a batch lands
+    assert [o["batches"] for o in first] == [[1], [1, 2]]  # a release depends on all before
+    _ingest(files[2], workspace, vocab)  # a batch lands
     second = online_release(request)
-    assert [o["batches"] for o in second] == [[3]]
+    assert [o["batches"] for o in second] == [[1, 2, 3]]
     assert online_release(request) == []  # nothing new
     catalog = Catalog(workspace)
     releases = catalog.query("SELECT * FROM releases WHERE dataset = 'rep' ORDER BY released_at")
     assert len(releases) == 3 and {r["adjacency"] for r in releases} == {"local"}
     entries = Ledger(catalog).entries("rep")
     assert [e["stage"] for e in entries] == ["collection"] * 3
-    steps = [load_release(o["release_path"]).manifest["mechanism"]["step"] for o in first + second]
-    assert steps == [1, 2, 3]
+    manifests = [load_release(o["release_path"]).manifest for o in first + second]
+    assert [m["mechanism"]["step"] for m in manifests] == [1, 2, 3]
+    assert [m["mechanism"]["new_batch"] for m in manifests] == [1, 2, 3]
+    assert [m["guarantee"]["per_device"]["batches"] for m in manifests] == [1, 2, 3]
     model = catalog.query("SELECT last_batch, prior FROM online_models")[0]
     assert model == {"last_batch": 3, "prior": "pub"}
     with pytest.raises(BadInputError, match="started with other"):
@@ -179,7 +219,13 @@ def test_vocabulary_from_private_data_or_a_release_is_refused(collected, tmp_pat
     (release / "manifest.json").write_text("{}")
     (release / "words.txt").write_text("apple\n")
     with pytest.raises(BadInputError, match="part of a release"):
-        build_vocabulary(str(release / "words.txt"), private, 100)
+        build_vocabulary(str(release / "words.txt"), private, 100, declare_public=True)
+    words = tmp_path / "words.txt"
+    words.write_text("police\nhostage\n")
+    with pytest.raises(BadInputError, match="--declare-public"):
+        build_vocabulary(str(words), private, 100)
+    vocab = build_vocabulary(str(words), private, 100, declare_public=True)
+    assert vocab.words == ("hostage", "police")
 
 
 def test_online_deployment_carries_the_local_request(collected, tmp_path):
@@ -204,20 +250,24 @@ def test_cli_randomize_ingest_and_refusals_exit_2(collected, tmp_path):
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
 
+    assert fdptm("ingest", str(root / "pub.txt"), "--dataset", "pub", "--public").returncode == 0
+    built = fdptm("local", "vocabulary", "public:pub", str(tmp_path / "v.json"), "--size", "300")
+    assert built.returncode == 0, built.stderr
+    assert LocalVocabulary.load(tmp_path / "v.json").fingerprint == collected[2].fingerprint
     out = tmp_path / "r.parquet"
     done = subprocess.run(
         [sys.executable, "-m", "fdptm.cli", "local", "randomize", "--vocabulary",
-         str(root / "vocab.json"), "--flip", "0.1", str(docs), str(out)],
+         str(tmp_path / "v.json"), "--flip", "0.1", str(docs), str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "per document" in done.stdout and "Ferguson" not in done.stdout + done.stderr
     ok = fdptm("ingest", str(out), "--dataset", "rep", "--local-reports", "--vocabulary",
-               str(root / "vocab.json"), "--flip", "0.1")  # fmt: skip
+               str(tmp_path / "v.json"), "--flip", "0.1")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "local DP per document" in ok.stdout
     wrong = fdptm("ingest", str(out), "--dataset", "rep2", "--local-reports", "--vocabulary",
-                  str(root / "vocab.json"), "--flip", "0.3")  # fmt: skip
+                  str(tmp_path / "v.json"), "--flip", "0.3")  # fmt: skip
     assert wrong.returncode == 2 and "not the declared" in wrong.stderr
     assert "Traceback" not in wrong.stderr
     plain = tmp_path / "plain.txt"

@@ -71,18 +71,23 @@ class Flip:
 
     @property
     def word_epsilon(self) -> float:
-        """Theorem 4's per-word LDP epsilon, log((1 - f/2) / (f/2)), of the realised f."""
-        return math.log((ONE - self.numerator) / self.numerator)
+        """Theorem 4's per-word LDP epsilon, log((1 - f/2) / (f/2)), of the realised f,
+        rounded up by one ulp so that the stated figure bounds the exact one."""
+        return math.nextafter(math.log((ONE - self.numerator) / self.numerator), math.inf)
 
     def document_epsilon(self, n_words: int) -> float:
-        """Theorem 4's per-document LDP epsilon over a vocabulary of ``n_words`` words."""
-        return n_words * self.word_epsilon
+        """Theorem 4's per-document LDP epsilon over a vocabulary of ``n_words`` words
+        (rounded up, as ``word_epsilon``)."""
+        return math.nextafter(n_words * self.word_epsilon, math.inf)
 
     def to_dict(self, n_words: int) -> dict:
-        """The guarantee of one report, per-document first (the manifest's order)."""
+        """The guarantee of one report, per-document first (the manifest's order). A word's
+        presence is one bit (``word_epsilon``); replacing one token by another changes up
+        to two bits (``token_replacement_epsilon``, the ``word`` adjacency's unit)."""
         return {
             "document_epsilon": self.document_epsilon(n_words),
             "word_epsilon": self.word_epsilon,
+            "token_replacement_epsilon": math.nextafter(2 * self.word_epsilon, math.inf),
             "flip": self.f,
             "flip_numerator": self.numerator,
             "flip_denominator": ONE // 2,

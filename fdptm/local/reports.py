@@ -8,6 +8,8 @@ devices with another vocabulary or f can be told apart row by row (``check``).
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +20,19 @@ import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
 from fdptm.local.flip import Flip
-from fdptm.local.randomizer import n_bytes
+from fdptm.local.randomizer import SAMPLER, n_bytes
 from fdptm.local.vocabulary import LocalVocabulary
 
 FORMAT = "fdptm-local-reports/1"
+_FINGERPRINT = re.compile(r"[0-9a-f]{32}")
 COLUMNS = ("report", "vocabulary", "flip")
 
 
-def table(reports: np.ndarray, vocabulary: LocalVocabulary, flip: Flip) -> pa.Table:
-    """Reports (n x ceil(V/8) uint8) as the report table."""
+def table(
+    reports: np.ndarray, vocabulary: LocalVocabulary, flip: Flip, seeded: bool = False
+) -> pa.Table:
+    """Reports (n x ceil(V/8) uint8) as the report table; its metadata names the sampler and
+    whether the keystream was seeded (a test run: such reports are not private)."""
     width = n_bytes(vocabulary.size)
     if reports.ndim != 2 or reports.shape[1] != width:
         raise ValueError(f"reports must be n x {width} bytes, got {reports.shape}")
@@ -41,14 +47,21 @@ def table(reports: np.ndarray, vocabulary: LocalVocabulary, flip: Flip) -> pa.Ta
             "vocabulary": pa.array([vocabulary.fingerprint] * n, pa.string()),
             "flip": pa.array(np.full(n, flip.f), pa.float64()),
         },
-        metadata={"format": FORMAT},
+        metadata={"format": FORMAT, "sampler": SAMPLER, "seeded": json.dumps(seeded)},
     )
 
 
-def write(path: str | Path, reports: np.ndarray, vocabulary: LocalVocabulary, flip: Flip) -> Path:
-    """Write the report file (Parquet, zstd: noisy bits do not compress much)."""
+def write(
+    path: str | Path,
+    reports: np.ndarray,
+    vocabulary: LocalVocabulary,
+    flip: Flip,
+    seeded: bool = False,
+) -> Path:
+    """Write the report file (Parquet, zstd: noisy bits do not compress much); ``seeded``
+    marks reports drawn from ``KeyStream(seed=...)`` (tests only)."""
     target = Path(path)
-    pq.write_table(table(reports, vocabulary, flip), target, compression="zstd")
+    pq.write_table(table(reports, vocabulary, flip, seeded), target, compression="zstd")
     return target
 
 
@@ -61,18 +74,36 @@ class Checked:
     reasons: dict[int, str]
 
 
-def check(reports: pa.Table, vocabulary: LocalVocabulary, flip: Flip, source: str) -> Checked:
+def check(
+    reports: pa.Table,
+    vocabulary: LocalVocabulary,
+    flip: Flip,
+    source: str,
+    allow_seeded: bool = False,
+) -> Checked:
     """Split a report table into valid reports and rejected rows (row number -> reason).
 
     A report is valid when it names the declared vocabulary's fingerprint and the declared
     f, has ceil(V/8) bytes, and sets no bit beyond the vocabulary's V words. A file without
-    the three columns is refused whole.
+    the three columns, from another sampler, or marked seeded (unless ``allow_seeded``, for
+    tests) is refused whole.
     """
     missing = [c for c in COLUMNS if c not in reports.column_names]
     if missing:
         raise BadInputError(
             f"{source} is not a report file: column(s) {', '.join(missing)} missing (a report "
             "file has report, vocabulary and flip; write one with `fdptm local randomize`)"
+        )
+    meta = {k.decode(): v.decode() for k, v in (reports.schema.metadata or {}).items()}
+    if meta.get("sampler") != SAMPLER:
+        raise BadInputError(
+            f"{source} was not written by this randomiser (its sampler is not fdptm's exact "
+            "Bernoulli sampler): write reports with `fdptm local randomize` or fdptm.local"
+        )
+    if meta.get("seeded") != "false" and not allow_seeded:
+        raise BadInputError(
+            f"{source} holds reports drawn from a seeded keystream: anyone who knows the seed "
+            "can remove their noise, so they are not private and are never ingested"
         )
     width = n_bytes(vocabulary.size)
     report = reports.column("report").combine_chunks()
@@ -88,9 +119,9 @@ def check(reports: pa.Table, vocabulary: LocalVocabulary, flip: Flip, source: st
     )
     reasons: dict[int, str] = {}
     for row in np.flatnonzero(names != vocabulary.fingerprint):
+        named = names[row] if _FINGERPRINT.fullmatch(names[row]) else "(not a fingerprint)"
         reasons[int(row)] = (
-            f"encoded over vocabulary {names[row] or '(none)'}, not the declared "
-            f"{vocabulary.fingerprint}"
+            f"encoded over vocabulary {named}, not the declared {vocabulary.fingerprint}"
         )
     for row in np.flatnonzero(flips != flip.f):
         reasons.setdefault(int(row), f"randomised with f = {flips[row]}, not the declared {flip.f}")

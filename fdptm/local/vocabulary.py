@@ -2,12 +2,14 @@
 
 The vocabulary is sent to every device and fixes the length V of every report, so it must
 not depend on anyone's private text: a vocabulary chosen from the private documents would
-itself leak them, outside any local guarantee. A device therefore accepts only a
-vocabulary document written by ``fdptm local vocabulary``, which builds it from a public
-source (``tasks.public_vocabulary``: a dataset ingested with ``--public``, a ``wordfreq``
-list, or a word-list file the operator declares public; a release's own vocabulary, which
-was chosen from private data, is refused there). Anything else (a plain word list, a
-release's ``vocabulary.parquet``) is refused here with the command to run instead.
+itself leak them, outside any local guarantee. ``fdptm local vocabulary`` builds the
+document from a public source (``tasks.local_reports.build_vocabulary``: a dataset ingested
+with ``--public``, a ``wordfreq`` list, or a word-list file the operator declares public; a
+release's own vocabulary, chosen from private data, is refused) and records its fingerprint
+in the catalog, and the server creates a local dataset only over a recorded fingerprint:
+that is the gate. Here, on the device, only the document's form is checked: anything that
+is not such a document (a plain word list, a release's ``vocabulary.parquet``) or whose
+words no longer match its fingerprint is refused with the command to run instead.
 
 The document records the words (sorted, after PRE), the PRE configuration the device must
 apply, and the source; its fingerprint (sha256 of the words and the PRE configuration) is

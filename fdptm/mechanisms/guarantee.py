@@ -7,6 +7,9 @@ Every M2 states its notion of privacy, its adjacency and its parameters. Two not
   thesis, section 4.1): (epsilon, delta)-DP holds with probability at least 1 - gamma over
   the draw of the dataset and its neighbour. It is strictly weaker than approximate DP and is
   never presented as plain DP.
+* ``local-dp``: epsilon-local DP (LP-LDA, Theorem 4): each report was randomised on its
+  device, so the guarantee holds against the server too. Only local datasets have it, and
+  it never composes with the central notions.
 * ``claimed-unproven``: the (epsilon, delta)-DP a paper claims for a mechanism whose proof
   does not hold for the released output. The noisy-CGS baselines (Zhu et al.; CDP-LDA and
   CDP-LDA+) perturb counts that are themselves the output of a data-dependent sampler, so
@@ -33,7 +36,8 @@ from fdptm.privacy.adjacency import Adjacency
 APPROXIMATE_DP = "approximate-dp"
 RANDOM_DP = "random-dp"
 CLAIMED_UNPROVEN = "claimed-unproven"
-NOTIONS = (APPROXIMATE_DP, RANDOM_DP, CLAIMED_UNPROVEN)
+LOCAL_DP = "local-dp"
+NOTIONS = (APPROXIMATE_DP, RANDOM_DP, CLAIMED_UNPROVEN, LOCAL_DP)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ def combine_notions(parts: list[tuple[str, float]]) -> tuple[str, float]:
     if unknown:
         raise ValueError(f"unknown privacy notion(s) {sorted(unknown)}")
     gamma = sum(g for n, g in parts if n == RANDOM_DP)
+    if LOCAL_DP in notions:
+        if notions != {LOCAL_DP}:
+            raise ValueError("local-DP spends never compose with central ones")
+        return LOCAL_DP, 0.0
     if CLAIMED_UNPROVEN in notions:
         return CLAIMED_UNPROVEN, gamma
     if RANDOM_DP in notions:
@@ -103,6 +111,11 @@ def describe(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> s
             "sampled from this dataset, with a noise scale that itself depends on the data; "
             "NOT plain differential privacy"
         )
+    if notion == LOCAL_DP:
+        return (
+            f"{epsilon:.6g}-local DP per device that sent one report in each batch counted "
+            "(each report randomised on its device)"
+        )
     if notion == CLAIMED_UNPROVEN:
         return (
             f"UNPROVEN: the paper claims ({epsilon:.6g}, {delta:.3g})-DP, but its proof does "
@@ -115,6 +128,8 @@ def label(notion: str, epsilon: float, delta: float, gamma: float = 0.0) -> str:
     """``describe`` in a few words, for table cells."""
     if notion == RANDOM_DP:
         return f"({epsilon:.4g}, {delta:.2g}, {gamma:.2g})-random DP"
+    if notion == LOCAL_DP:
+        return f"{epsilon:.4g}-local DP"
     if notion == CLAIMED_UNPROVEN:
         return f"unproven claim of ({epsilon:.4g}, {delta:.2g})-DP"
     return f"({epsilon:.4g}, {delta:.2g})-DP"

@@ -21,7 +21,8 @@ says, not that a device sent a report.
   eta^l = omega mu^l + (1 - omega) N_hat^l (eq. 19; Theorem 7: variance (1 - omega)^2 of
   eq. 9's), the reconstruction to eta^l, and CGS with the topic-word prior
   beta^l = beta^(l-1) + lambda N^(l-1) (eq. 10, Algorithm 2 line 10: starting from D0's counts
-  N^0) in the conditional of eq. 12; the release is eq. 13,
+  N^0; eq. 11 and the O-LDA generative model start the sum at N^1, i.e. D_1 with plain beta,
+  which would ignore D0's topics) in the conditional of eq. 12; the release is eq. 13,
   (n^l_kt + beta^l_kt) / sum_t (n^l_kt + beta^l_kt). omega and lambda are Algorithm 2's inputs
   (Theorem 6 ties omega to a prior variance sigma^2, reported per batch). Algorithm 2's line 13
   (mu^l = eta^(l-1)) disagrees with eq. 21; eq. 21 is implemented.
@@ -58,8 +59,9 @@ def moment_variance(true_counts: np.ndarray, n_reports: int, flip: Flip) -> np.n
     The exact variance of eq. 8 given N_t is Var(n_t) / (1 - f)^2 with n_t the sum of two
     independent binomials, B(N_t, 1 - f/2) and B(M - N_t, f/2): that is the first term
     alone. Eq. 9's proof adds a covariance term for the two binomials, which are independent;
-    its second term is the sampling variance of N_t when the documents are themselves drawn
-    at random (the paper's model). ``exact_variance`` is the conditional one.
+    one reading of its second term is the sampling variance of N_t when the documents are
+    themselves drawn at random (the paper does not say). ``exact_variance`` is the
+    conditional one.
     """
     f = flip.f
     n = np.asarray(true_counts, dtype=np.float64)
