@@ -536,10 +536,7 @@ def _print_release(outcome: dict) -> None:
     print(f"run id:    {outcome['run_id']}")
     print(f"release:   {outcome['release_path']}")
     print(f"guarantee: {outcome['statement']}, {outcome['adjacency']}-level adjacency")
-    print("top words (only those above their topic's floor, with probabilities):")
-    for t in outcome["topics"]:
-        words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
-        print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")
+    cli_local.print_topics(outcome["topics"])
     _store_pending(outcome)
 
 

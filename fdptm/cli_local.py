@@ -115,8 +115,13 @@ def print_outcome(outcome: dict) -> None:
     print(f"run id:    {outcome['run_id']}")
     print(f"release:   {outcome['release_path']} (depends on batches {outcome['batches']})")
     print(f"guarantee: {outcome['statement']}")
+    print_topics(outcome["topics"])
+
+
+def print_topics(topics: list[dict]) -> None:
+    """A release's top words above their floors (both release commands print them)."""
     print("top words (only those above their topic's floor, with probabilities):")
-    for t in outcome["topics"]:
+    for t in topics:
         words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
         print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")
 

@@ -296,12 +296,13 @@ class LocalReleaseRequest(_Request):
         description="olp-lda: lambda, the weight of the last model in the next "
         "batch's prior (eq. 10)",
     )
-    omega: float = Field(
-        0.5,
+    omega: float | None = Field(
+        None,
         ge=0,
         lt=1,
-        description="olp-lda: omega, the weight of the prior mean in the "
-        "Bayesian estimate (eq. 19; 0 gives eq. 8's moment estimate)",
+        description="olp-lda: omega, the weight of the prior mean in the Bayesian estimate "
+        "(eq. 19; 0 gives eq. 8's moment estimate); default: per batch, Theorem 6's omega for "
+        "a prior variance estimated from the reports (empirical Bayes, free)",
     )
     model: str = Field(
         "default", description="olp-lda: name of the online model (several can follow one dataset)"

@@ -20,6 +20,8 @@ import fcntl
 import json
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from fdptm.errors import BadInputError
@@ -71,6 +73,27 @@ def release_claim(workspace: Workspace, run_id: str) -> None:
     fd = _HELD.pop((str(workspace.root), run_id), None)
     if fd is not None:
         os.close(fd)
+
+
+@contextmanager
+def recorded_run(
+    workspace: Workspace, catalog: Catalog, run_id: str, dataset: str, kind: str, params: dict
+) -> Iterator[None]:
+    """Own ``run_id`` (a live run is never closed as dead) and record it in the catalog as
+    started, then as succeeded, or as failed with the exception's type and message."""
+    from fdptm import __version__
+
+    claim(workspace, run_id)
+    try:
+        catalog.start_run(run_id, dataset, kind, params, __version__)
+        try:
+            yield
+        except BaseException as exc:
+            catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        catalog.finish_run(run_id, "succeeded")
+    finally:
+        release_claim(workspace, run_id)
 
 
 def alive(workspace: Workspace, run_id: str) -> bool:

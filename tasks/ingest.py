@@ -96,7 +96,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fdptm import __version__
 from fdptm.errors import BadInputError
 from fdptm.storage import recovery
 from fdptm.storage.artifacts import verify, write_parquet
@@ -551,31 +550,21 @@ def ingest(
         _declare_buckets(existing, author_buckets, declared, dataset)
         run_id = f"ingest-{uuid.uuid4().hex[:12]}"
         params = {"source": origin, "columns": rows.mapping}
-        recovery.claim(workspace, run_id)  # a live ingest is never closed as dead
-        try:
-            catalog.start_run(run_id, dataset, "ingest", params, __version__)
-            try:
-                result = _ingest(
-                    source,
-                    origin,
-                    rows,
-                    dataset,
-                    declared,
-                    unit,
-                    public,
-                    workspace,
-                    catalog,
-                    run_id,
-                    max_text_chars,
-                    author_buckets,
-                )
-            except BaseException as exc:
-                catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
-                raise
-            catalog.finish_run(run_id, "succeeded")
-        finally:
-            recovery.release_claim(workspace, run_id)
-        return result
+        with recovery.recorded_run(workspace, catalog, run_id, dataset, "ingest", params):
+            return _ingest(
+                source,
+                origin,
+                rows,
+                dataset,
+                declared,
+                unit,
+                public,
+                workspace,
+                catalog,
+                run_id,
+                max_text_chars,
+                author_buckets,
+            )
 
 
 def _day_span(table: pa.Table) -> tuple[int | None, int | None]:

@@ -35,7 +35,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fdptm import __version__
 from fdptm.errors import BadInputError
 from fdptm.local.flip import Flip
 from fdptm.local.reports import as_matrix, check
@@ -189,19 +188,10 @@ def ingest_reports(
     workspace.create()
     catalog = Catalog(workspace)
     run_id = f"ingest-{uuid.uuid4().hex[:12]}"
-    recovery.claim(workspace, run_id)
-    try:
-        params = {"source": str(source), "local_reports": True, "seeded": seeded}
-        catalog.start_run(run_id, dataset, "ingest", params, __version__)
-        try:
-            result = _store(workspace, catalog, run_id, source, source_sha, dataset, vocabulary,
-                            flip, checked)  # fmt: skip
-        except BaseException as exc:
-            catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
-            raise
-        catalog.finish_run(run_id, "succeeded")
-    finally:
-        recovery.release_claim(workspace, run_id)
+    params = {"source": str(source), "local_reports": True, "seeded": seeded}
+    with recovery.recorded_run(workspace, catalog, run_id, dataset, "ingest", params):
+        result = _store(workspace, catalog, run_id, source, source_sha, dataset, vocabulary,
+                        flip, checked)  # fmt: skip
     settle(workspace)
     return result
 

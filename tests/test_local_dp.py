@@ -248,3 +248,34 @@ print(reports.shape)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(1, 1)"
+
+
+def test_empirical_bayes_omega_is_theorem_6s_for_the_estimated_prior_variance():
+    """By default OLP-LDA's omega is Theorem 6's for sigma^2 = the mean squared distance of
+    the prior from the truth, estimated from the reports (unbiased: tolerance from the
+    variance of a mean of squared normal errors)."""
+    from fdptm.mechanisms.local_dp import (
+        OnlineState,
+        empirical_prior_variance,
+        online_estimate,
+    )
+
+    n_docs, n_words, runs = 2000, 200, 30
+    flip = Flip.from_f(0.1)
+    true = _true_bits(n_docs, n_words, seed=8)
+    truth = column_counts(true, n_words).astype(float)
+    prior = truth + np.random.default_rng(9).choice([-30.0, 30.0], n_words)
+    state = OnlineState(np.ones((n_words, 2)), prior, prior, n_docs, 1)
+    found = []
+    for s in range(runs):
+        counts = column_counts(_randomised(true, n_words, flip, 100 + s), n_words)
+        moment = moment_estimate(counts, n_docs, flip)
+        sigma2 = empirical_prior_variance(moment, prior, n_docs, flip)
+        est = online_estimate(state, counts, n_docs, flip, None)
+        assert est.sigma2 == sigma2
+        assert est.omega == pytest.approx(bayes_weight_from_variance(n_docs, flip, sigma2))
+        np.testing.assert_allclose(est.bayes, est.omega * prior + (1 - est.omega) * moment)
+        found.append(sigma2)
+    v = exact_variance(n_docs, flip)
+    sd = math.sqrt((2 * v**2 + 4 * 900 * v) / n_words)  # of one estimate
+    assert abs(np.mean(found) - 900) <= Z * sd / math.sqrt(runs)

@@ -238,21 +238,23 @@ def test_online_deployment_carries_the_local_request(collected, tmp_path):
     assert d.schedules[0].schedule.interval.total_seconds() == 60
 
 
-def test_cli_randomize_ingest_and_refusals_exit_2(collected, tmp_path):
+def test_cli_randomize_ingest_and_refusals_exit_2(collected, tmp_path, capsys):
+    """The device command in a process of its own; the server commands through the CLI's
+    ``main`` in this process (the same code, without an interpreter start each)."""
+    from fdptm.cli import main
+
     root = collected[0]
-    env_ws = str(tmp_path / "ws")
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"text": "Police in Ferguson"}\n{"text": "Sydney siege hostages"}\n')
 
-    def fdptm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "fdptm.cli", *args, "--workspace", env_ws],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+    def fdptm(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--workspace", str(tmp_path / "ws")])
+        out = capsys.readouterr()
+        return code, out.out, out.err
 
-    assert fdptm("ingest", str(root / "pub.txt"), "--dataset", "pub", "--public").returncode == 0
+    assert fdptm("ingest", str(root / "pub.txt"), "--dataset", "pub", "--public")[0] == 0
     built = fdptm("local", "vocabulary", "public:pub", str(tmp_path / "v.json"), "--size", "300")
-    assert built.returncode == 0, built.stderr
+    assert built[0] == 0, built[2]
     assert LocalVocabulary.load(tmp_path / "v.json").fingerprint == collected[2].fingerprint
     out = tmp_path / "r.parquet"
     done = subprocess.run(
@@ -262,22 +264,19 @@ def test_cli_randomize_ingest_and_refusals_exit_2(collected, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "per document" in done.stdout and "Ferguson" not in done.stdout + done.stderr
-    ok = fdptm("ingest", str(out), "--dataset", "rep", "--local-reports", "--vocabulary",
-               str(tmp_path / "v.json"), "--flip", "0.1")  # fmt: skip
-    assert ok.returncode == 0, ok.stderr
-    assert "local DP per document" in ok.stdout
-    wrong = fdptm("ingest", str(out), "--dataset", "rep2", "--local-reports", "--vocabulary",
-                  str(tmp_path / "v.json"), "--flip", "0.3")  # fmt: skip
-    assert wrong.returncode == 2 and "not the declared" in wrong.stderr
-    assert "Traceback" not in wrong.stderr
+    vocab = str(tmp_path / "v.json")
+    code, stdout, stderr = fdptm("ingest", str(out), "--dataset", "rep", "--local-reports",
+                                 "--vocabulary", vocab, "--flip", "0.1")  # fmt: skip
+    assert code == 0, stderr
+    assert "local DP per document" in stdout
+    code, _, stderr = fdptm("ingest", str(out), "--dataset", "rep2", "--local-reports",
+                            "--vocabulary", vocab, "--flip", "0.3")  # fmt: skip
+    assert code == 2 and "not the declared" in stderr and "Traceback" not in stderr
     plain = tmp_path / "plain.txt"
     plain.write_text("police\n")
-    bad = subprocess.run(
-        [sys.executable, "-m", "fdptm.cli", "local", "randomize", "--vocabulary", str(plain),
-         "--flip", "0.1", str(docs), str(tmp_path / "x.parquet")],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert bad.returncode == 2 and "public vocabulary" in bad.stderr
-    central = fdptm("release", "--dataset", "rep", "--epsilon", "1", "--delta", "1e-5",
-                    "--topics", "3")  # fmt: skip
-    assert central.returncode == 2 and "fdptm local release" in central.stderr
+    code = main(["local", "randomize", "--vocabulary", str(plain), "--flip", "0.1", str(docs),
+                 str(tmp_path / "x.parquet")])  # fmt: skip
+    assert code == 2 and "public vocabulary" in capsys.readouterr().err
+    code, _, stderr = fdptm("release", "--dataset", "rep", "--epsilon", "1", "--delta", "1e-5",
+                            "--topics", "3")  # fmt: skip
+    assert code == 2 and "fdptm local release" in stderr

@@ -9,6 +9,16 @@ import numpy as np
 from numba import njit
 
 
+@njit(cache=True, inline="always")
+def _low_bit(b):
+    """The index of the lowest set bit of ``b`` (> 0) and ``b`` without it."""
+    low = b & -b
+    bit = 0
+    while (low >> bit) != 1:
+        bit += 1
+    return bit, b ^ low
+
+
 @njit(cache=True, nogil=True)
 def column_counts(reports, n_words):
     """Step 1: n_t, the number of reports with bit t set, for t < n_words."""
@@ -17,12 +27,8 @@ def column_counts(reports, n_words):
         for j in range(reports.shape[1]):
             b = np.int64(reports[m, j])
             while b:
-                low = b & -b
-                bit = 0
-                while (low >> bit) != 1:
-                    bit += 1
+                bit, b = _low_bit(b)
                 counts[8 * j + bit] += 1
-                b ^= low
     return counts
 
 
@@ -67,11 +73,7 @@ def reconstruct(reports, targets, counts, seed):
         for j in range(reports.shape[1]):
             b = np.int64(reports[m, j])
             while b:
-                low = b & -b
-                bit = 0
-                while (low >> bit) != 1:
-                    bit += 1
-                b ^= low
+                bit, b = _low_bit(b)
                 t = 8 * j + bit
                 if grow[t]:
                     words[pos] = t

@@ -23,9 +23,14 @@ says, not that a device sent a report.
   beta^l = beta^(l-1) + lambda N^(l-1) (eq. 10, Algorithm 2 line 10: starting from D0's counts
   N^0; eq. 11 and the O-LDA generative model start the sum at N^1, i.e. D_1 with plain beta,
   which would ignore D0's topics) in the conditional of eq. 12; the release is eq. 13,
-  (n^l_kt + beta^l_kt) / sum_t (n^l_kt + beta^l_kt). omega and lambda are Algorithm 2's inputs
-  (Theorem 6 ties omega to a prior variance sigma^2, reported per batch). Algorithm 2's line 13
-  (mu^l = eta^(l-1)) disagrees with eq. 21; eq. 21 is implemented.
+  (n^l_kt + beta^l_kt) / sum_t (n^l_kt + beta^l_kt). omega and lambda are Algorithm 2's inputs.
+  Theorem 6 ties omega to the prior variance sigma^2 of N_t around mu_t; by default (omega
+  None) sigma^2 is estimated per batch from the reports by the method of moments
+  (``empirical_prior_variance``: an empirical-Bayes choice beyond the paper, and free, since
+  it is post-processing of the reports and public data), which gives the omega that
+  minimises the summed squared error when the prior's errors are spread like that
+  (``benchmarks/local.md``). Algorithm 2's line 13 (mu^l = eta^(l-1)) disagrees with eq. 21;
+  eq. 21 is implemented.
 
 Eq. 19 is exact for the Gaussian approximation of Theorem 6 (Lemma 2's normal approximation
 of the two binomials), not for eq. 14's likelihood; it is a utility device only, and the
@@ -81,6 +86,17 @@ def bayes_weight_from_variance(n_reports: int, flip: Flip, sigma2: float) -> flo
     return a / (a + 4 * sigma2 * (1 - f) ** 2)
 
 
+def empirical_prior_variance(
+    moment: np.ndarray, prior_mean: np.ndarray, n_reports: int, flip: Flip
+) -> float:
+    """Theorem 6's sigma^2 estimated from the batch: E[(N_hat_t - mu_t)^2] = (N_t - mu_t)^2 +
+    Var(N_hat_t | N_t), so the mean over words of (N_hat_t - mu_t)^2 less ``exact_variance``
+    estimates the mean squared distance of the prior from the truth (floored at 1, one
+    count squared, so that omega stays below 1)."""
+    excess = float(np.mean((moment - prior_mean) ** 2)) - exact_variance(n_reports, flip)
+    return max(excess, 1.0)
+
+
 def prior_variance(n_reports: int, flip: Flip, omega: float) -> float:
     """The sigma^2 for which Theorem 6 gives ``omega`` (inverse of the above)."""
     f = flip.f
@@ -119,7 +135,7 @@ class LocalParams:
     alpha: float = 0.1
     beta: float = 0.01
     correlation: float = 0.5
-    omega: float = 0.5
+    omega: float | None = None
 
     def __post_init__(self) -> None:
         if self.topics < 1 or self.iterations < 1:
@@ -128,7 +144,7 @@ class LocalParams:
             raise BadInputError("alpha and beta must be positive")
         if not 0.0 <= self.correlation <= 1.0:
             raise BadInputError(f"correlation (lambda) must be in [0, 1], got {self.correlation}")
-        if not 0.0 <= self.omega < 1.0:
+        if self.omega is not None and not 0.0 <= self.omega < 1.0:
             raise BadInputError(f"omega must be in [0, 1), got {self.omega}")
 
     def to_dict(self) -> dict:
@@ -234,13 +250,18 @@ class BatchEstimate:
 
 
 def online_estimate(
-    state: OnlineState, counts: np.ndarray, n_reports: int, flip: Flip, omega: float
+    state: OnlineState, counts: np.ndarray, n_reports: int, flip: Flip, omega: float | None
 ) -> BatchEstimate:
-    """Eq. 21, then eq. 19, for a batch of ``n_reports`` reports with column counts ``counts``."""
+    """Eq. 21, then eq. 19, for a batch of ``n_reports`` reports with column counts ``counts``;
+    ``omega`` None: Theorem 6's omega for the batch's ``empirical_prior_variance``."""
     prior_mean = (state.mu + state.eta) / 2.0 * (n_reports / state.n_reports)
     moment = moment_estimate(counts, n_reports, flip)
+    if omega is None:
+        sigma2 = empirical_prior_variance(moment, prior_mean, n_reports, flip)
+        omega = bayes_weight_from_variance(n_reports, flip, sigma2)
+    else:
+        sigma2 = prior_variance(n_reports, flip, omega) if omega > 0 else float("inf")
     bayes = omega * prior_mean + (1.0 - omega) * moment
-    sigma2 = prior_variance(n_reports, flip, omega) if omega > 0 else float("inf")
     return BatchEstimate(prior_mean, moment, bayes, omega, sigma2)
 
 
