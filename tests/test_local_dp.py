@@ -149,7 +149,9 @@ def test_eq_19_and_theorem_7_variance_reduction():
         bayes_estimate(counts[0], n_docs, flip, prior, 1.0)
 
 
-def test_reconstruction_hits_every_target_with_uniform_choices():
+@pytest.mark.parametrize("block", [1 << 16, 257])
+def test_reconstruction_hits_every_target_with_uniform_choices(block):
+    """One block, and 12 blocks whose shares of each column are hypergeometric draws."""
     n_docs, n_words = 3000, 40
     reports = _true_bits(n_docs, n_words, seed=7)
     counts = column_counts(reports, n_words)
@@ -161,7 +163,7 @@ def test_reconstruction_hits_every_target_with_uniform_choices():
     kept = np.zeros((n_docs, n_words), dtype=int)
     runs = 40
     for seed in range(runs):
-        doc_ptr, words = reconstruct(reports, want, counts, seed)
+        doc_ptr, words = reconstruct(reports, want, seed, block=block)
         assert np.bincount(words, minlength=n_words).tolist() == want.tolist()
         rows = np.repeat(np.arange(n_docs), np.diff(doc_ptr))
         got = np.zeros((n_docs, n_words), dtype=bool)
@@ -176,6 +178,28 @@ def test_reconstruction_hits_every_target_with_uniform_choices():
         freq = kept[dense[:, t], t]
         assert np.all(np.abs(freq - runs * p) <= Z * math.sqrt(runs * p * (1 - p)) + 1e-9)
     assert targets(np.array([-3.4, 2.5, 3.5, 1e9]), 100).tolist() == [0, 2, 4, 100]
+
+
+def test_counts_and_reconstruction_do_not_depend_on_the_thread_count():
+    import numba
+
+    from fdptm.kernels.reconstruct import block_counts
+
+    reports = _true_bits(5000, 70, seed=11)
+    want = column_counts(reports, 70) // 2 + 40
+    results = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(threads)
+        try:
+            results.append(
+                (block_counts(reports, 70, 300), reconstruct(reports, want, 3, None, 300))
+            )
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    (c1, (p1, w1)), (c2, (p2, w2)) = results
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_array_equal(p1, p2)
+    np.testing.assert_array_equal(w1, w2)
 
 
 def test_a_report_with_another_vocabulary_or_f_is_refused_with_its_reason():

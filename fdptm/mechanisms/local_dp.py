@@ -47,7 +47,7 @@ import numpy as np
 
 from fdptm.errors import BadInputError
 from fdptm.kernels import gibbs
-from fdptm.kernels.reconstruct import column_counts, reconstruct
+from fdptm.kernels.reconstruct import BLOCK, block_counts, reconstruct
 from fdptm.local.flip import Flip
 from fdptm.mechanisms.lda import Corpus, init_counts
 
@@ -117,13 +117,14 @@ def targets(estimates: np.ndarray, n_reports: int) -> np.ndarray:
     return np.clip(np.rint(estimates), 0, n_reports).astype(np.int64)
 
 
-def reconstructed(reports: np.ndarray, estimates: np.ndarray, seed: int) -> Corpus:
+def reconstructed(
+    reports: np.ndarray, estimates: np.ndarray, seed: int, per_block: np.ndarray | None = None
+) -> Corpus:
     """Steps 3-5: the reports with column t holding ``targets(estimates)[t]`` ones, as a
-    corpus of documents (each the set of its words)."""
-    n_words = len(estimates)
-    counts = column_counts(reports, n_words)
-    doc_ptr, words = reconstruct(reports, targets(estimates, len(reports)), counts, seed)
-    return Corpus(doc_ptr, words, n_words)
+    corpus of documents (each the set of its words); ``per_block``: the reports'
+    ``block_counts`` when already computed."""
+    target = targets(estimates, len(reports))
+    return Corpus(*reconstruct(reports, target, seed, per_block), len(estimates))
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,9 @@ def lp_lda(
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """LP-LDA (section V-B): the topic-word matrix (topics x words) from packed reports."""
-    counts = column_counts(reports, n_words)
-    corpus = reconstructed(reports, moment_estimate(counts, len(reports), flip), seed)
+    per_block = block_counts(reports, n_words, BLOCK)
+    counts = per_block.sum(axis=0)
+    corpus = reconstructed(reports, moment_estimate(counts, len(reports), flip), seed, per_block)
     n_wk = _sweeps(corpus, params, np.random.default_rng(seed), None, progress)
     return ((n_wk + params.beta) / (n_wk.sum(axis=0) + n_words * params.beta)).T
 
@@ -278,9 +280,9 @@ def online_step(
     n_words = state.beta.shape[0]
     if len(reports) == 0:
         raise BadInputError("a mini-batch needs at least one report")
-    counts = column_counts(reports, n_words)
-    est = online_estimate(state, counts, len(reports), flip, params.omega)
-    corpus = Corpus(*reconstruct(reports, targets(est.bayes, len(reports)), counts, seed), n_words)
+    per_block = block_counts(reports, n_words, BLOCK)
+    est = online_estimate(state, per_block.sum(axis=0), len(reports), flip, params.omega)
+    corpus = reconstructed(reports, est.bayes, seed, per_block)
     n_wk = _sweeps(corpus, params, np.random.default_rng(seed), state.beta, progress)
     weights = n_wk + state.beta
     phi = (weights / weights.sum(axis=0)).T
