@@ -205,7 +205,7 @@ def _start_model(workspace: Workspace, catalog, request: LocalReleaseRequest, se
     bits = as_bytes(encode(tokens.combine_chunks(), vocabulary), vocabulary.size)
     bits = bits.copy()  # C-contiguous for the kernels
     counts = column_counts(bits, vocabulary.size)
-    prior = Corpus(*reconstruct(bits, counts, counts, 0), vocabulary.size)
+    prior = Corpus(*reconstruct(bits, counts, 0), vocabulary.size)
     state, _ = online_start(prior, _params(request), seed)
     rel = f"internal/online/{request.dataset}/{request.model}/state-000000.npz"
     state.save(workspace.root / rel)
