@@ -24,12 +24,10 @@ import uuid
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fdptm import __version__
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.request import LocalReleaseRequest
+from fdptm.storage import recovery
 from fdptm.storage.workspace import Workspace
-
-PAPER = "hdp-lda-lp-lda-olp-lda.txt"
 
 
 def _params(request: LocalReleaseRequest):
@@ -68,8 +66,7 @@ def local_release(request: LocalReleaseRequest) -> dict:
 
     from fdptm.mechanisms.local_dp import lp_lda
     from fdptm.storage.catalog import Catalog
-    from fdptm.tasks.local_release import PAPER as SOURCE
-    from fdptm.tasks.local_release import publish_local
+    from fdptm.tasks.local_release import PAPER, publish_local
     from fdptm.tasks.local_reports import local_collection, read_reports
 
     if request.mechanism != "lp-lda":
@@ -80,23 +77,20 @@ def local_release(request: LocalReleaseRequest) -> dict:
     seqs = _chosen_batches(catalog, request)
     params = _params(request)
     run_id = f"local-{uuid.uuid4().hex[:12]}"
-    catalog.start_run(run_id, request.dataset, "local-release", request.model_dump(), __version__)
-    try:
+    with recovery.recorded_run(
+        workspace, catalog, run_id, request.dataset, "local-release", request.model_dump()
+    ):
         reports = np.concatenate(read_reports(workspace, catalog, request.dataset, seqs))
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         phi = lp_lda(reports, collection.vocabulary.size, collection.flip, params, seed)
         mechanism = {
             "name": "lp-lda",
-            "paper": f"{SOURCE} section V (Algorithm LP-LDA; eq. 8, reconstruction steps 3-5)",
+            "paper": f"{PAPER} section V (Algorithm LP-LDA; eq. 8, reconstruction steps 3-5)",
             "parameters": params.to_dict(),
         }
         target, manifest = publish_local(
             workspace, catalog, run_id, collection, phi, seqs, mechanism, len(reports)
         )
-    except BaseException as exc:
-        catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
-        raise
-    catalog.finish_run(run_id, "succeeded")
     return _outcome(run_id, target, manifest)
 
 
@@ -120,8 +114,7 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
     from fdptm.mechanisms.local_dp import OnlineState, online_step
     from fdptm.storage.artifacts import file_sha256
     from fdptm.storage.catalog import Catalog, now
-    from fdptm.tasks.local_release import PAPER as SOURCE
-    from fdptm.tasks.local_release import publish_local
+    from fdptm.tasks.local_release import PAPER, publish_local
     from fdptm.tasks.local_reports import local_collection, read_reports
 
     workspace = Workspace.resolve(request.workspace).require()
@@ -132,8 +125,9 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
     if file_sha256(workspace.root / row["state_path"]) != row["state_sha256"]:
         raise FdptmError(f"online model {request.model!r}: its state file was changed or damaged")
     run_id = f"online-{uuid.uuid4().hex[:12]}"
-    catalog.start_run(run_id, request.dataset, "online-release", request.model_dump(), __version__)
-    try:
+    with recovery.recorded_run(
+        workspace, catalog, run_id, request.dataset, "online-release", request.model_dump()
+    ):
         (reports,) = read_reports(workspace, catalog, request.dataset, [seq])
         params = _params(request)
         following, phi, est = online_step(state, reports, collection.flip, params, seed)
@@ -141,7 +135,7 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
         following.save(workspace.root / rel)
         mechanism = {
             "name": "olp-lda",
-            "paper": f"{SOURCE} section VI (Algorithm 2; eqs. 10, 12, 13, 19, 21)",
+            "paper": f"{PAPER} section VI (Algorithm 2; eqs. 10, 12, 13, 19, 21)",
             "parameters": params.to_dict(),
             "prior_dataset": request.prior,
             "model": request.model,
@@ -169,10 +163,6 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
                 [rel, file_sha256(workspace.root / rel), seq, now(), request.dataset,
                  request.model],
             )  # fmt: skip
-    except BaseException as exc:
-        catalog.finish_run(run_id, "failed", f"{type(exc).__name__}: {exc}")
-        raise
-    catalog.finish_run(run_id, "succeeded")
     return _outcome(run_id, target, manifest)
 
 
