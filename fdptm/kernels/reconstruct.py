@@ -83,6 +83,18 @@ def _uniform(state):
     return state, np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
+@njit(cache=True, inline="always")
+def _choose(state, want, remain, t):
+    """One step of selection sampling in column t: choose this item with probability
+    want[t] / remain[t], and count it off."""
+    state, u = _uniform(state)
+    chosen = u * remain[t] < want[t]
+    if chosen:
+        want[t] -= 1
+    remain[t] -= 1
+    return state, chosen
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _select(reports, grow, growing, need, left, seeds, block, starts, doc_ptr, words, count, ones):
     """Knuth's selection sampling (Algorithm S) per column within each block: a shrinking
@@ -103,21 +115,17 @@ def _select(reports, grow, growing, need, left, seeds, block, starts, doc_ptr, w
                         words[pos] = t
                         pos += 1
                     else:
-                        state, u = _uniform(state)
-                        if u * remain[t] < want[t]:
+                        state, chosen = _choose(state, want, remain, t)
+                        if chosen:
                             words[pos] = t
                             pos += 1
-                            want[t] -= 1
-                        remain[t] -= 1
             for g in range(growing.shape[0]):
                 t = growing[g]
                 if (reports[m, t >> 3] >> (t & 7)) & 1 == 0:
-                    state, u = _uniform(state)
-                    if u * remain[t] < want[t]:
+                    state, chosen = _choose(state, want, remain, t)
+                    if chosen:
                         words[pos] = t
                         pos += 1
-                        want[t] -= 1
-                    remain[t] -= 1
             doc_ptr[m + 1] = pos
 
 
