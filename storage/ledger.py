@@ -340,10 +340,15 @@ class Ledger:
         epsilon = check_epsilon(epsilon, "cap epsilon")
         delta = check_delta(delta, "cap delta")
         unit = unit or self.default_unit(dataset)
-        if (unit == Adjacency.LOCAL) != (self.default_unit(dataset) == Adjacency.LOCAL):
+        if self.default_unit(dataset) == Adjacency.LOCAL and unit != Adjacency.LOCAL:
             raise BadInputError(
-                f"dataset {dataset!r} is {self.default_unit(dataset).value}-level: a cap at local "
-                "level is for a dataset of local reports, which takes no other"
+                f"dataset {dataset!r} holds local-DP reports: its cap is stated at local level "
+                "(drop --unit, or give --unit local)"
+            )
+        if self.default_unit(dataset) != Adjacency.LOCAL and unit == Adjacency.LOCAL:
+            raise BadInputError(
+                f"a cap at local level is for a dataset of local-DP reports; {dataset!r} holds "
+                "documents: state its cap at author, document or word level"
             )
         with self.catalog.transaction() as con:
             row = con.execute("SELECT public FROM datasets WHERE name = ?", [dataset]).fetchone()

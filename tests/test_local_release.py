@@ -121,10 +121,10 @@ def test_a_cap_at_local_level_refuses_the_batch_that_would_exceed_it(collected, 
     _, _, vocab, files = collected
     workspace = _fresh(collected, tmp_path, n=1)
     ledger = Ledger(Catalog(workspace))
-    with pytest.raises(BadInputError, match="local level"):
+    with pytest.raises(BadInputError, match="stated at local level"):
         ledger.set_cap("rep", 1e4, 1e-5, Adjacency.DOCUMENT)
-    with pytest.raises(BadInputError, match="local level"):
-        ledger.set_cap("rep", 1e4, 1e-5, Adjacency.AUTHOR)
+    with pytest.raises(BadInputError, match="holds documents"):
+        ledger.set_cap("pub", 1e4, 1e-5, Adjacency.LOCAL)
     per_doc = 300 * FLIP.word_epsilon
     ledger.set_cap("rep", 2.5 * per_doc, 1e-5)
     _ingest(files[1], workspace, vocab)
