@@ -108,9 +108,10 @@ def _outcome(run_id: str, target, manifest: dict) -> dict:
 
 @task(name="online-batch", cache_policy=NO_CACHE, retries=0)
 def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
-    """Algorithm 2, lines 6-14, for report batch ``seq``: update the model, publish Phi^l,
-    store the state and move the model's last batch to ``seq`` (one transaction, which
-    refuses when another run took the batch meanwhile)."""
+    """Algorithm 2, lines 6-14, for report batch ``seq``: update the model, store its state,
+    publish Phi^l and move the model's last batch to ``seq`` in the release's own
+    transaction (refused when another run took the batch meanwhile): a run killed at any
+    point leaves either both or neither, and the batch is taken again next time."""
     from fdptm.mechanisms.local_dp import OnlineState, online_step
     from fdptm.storage.artifacts import file_sha256
     from fdptm.storage.catalog import Catalog, now
@@ -121,9 +122,9 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
     catalog = Catalog(workspace)
     collection = local_collection(catalog, request.dataset)
     row = _model_row(catalog, request)
-    state = OnlineState.load(workspace.root / row["state_path"])
     if file_sha256(workspace.root / row["state_path"]) != row["state_sha256"]:
         raise FdptmError(f"online model {request.model!r}: its state file was changed or damaged")
+    state = OnlineState.load(workspace.root / row["state_path"])
     run_id = f"online-{uuid.uuid4().hex[:12]}"
     with recovery.recorded_run(
         workspace, catalog, run_id, request.dataset, "online-release", request.model_dump()
@@ -142,13 +143,13 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
             "step": following.step,
             "omega": est.omega,
             "implied_prior_variance": est.sigma2,
+            "new_batch": seq,
         }
-        mechanism["new_batch"] = seq
         upto = [b["seq"] for b in catalog.batches(request.dataset) if b["seq"] <= seq]
-        target, manifest = publish_local(
-            workspace, catalog, run_id, collection, phi, upto, mechanism, len(reports)
-        )
-        with catalog.transaction() as con:
+        state_sha = file_sha256(workspace.root / rel)
+
+        def advance(con) -> None:
+            """The model takes batch ``seq``, unless another run took a batch meanwhile."""
             last = con.execute(
                 "SELECT last_batch FROM online_models WHERE dataset = ? AND name = ?",
                 [request.dataset, request.model],
@@ -160,9 +161,12 @@ def online_batch(request: LocalReleaseRequest, seq: int, seed: int) -> dict:
             con.execute(
                 "UPDATE online_models SET state_path = ?, state_sha256 = ?, last_batch = ?,"
                 " updated_at = ? WHERE dataset = ? AND name = ?",
-                [rel, file_sha256(workspace.root / rel), seq, now(), request.dataset,
-                 request.model],
-            )  # fmt: skip
+                [rel, state_sha, seq, now(), request.dataset, request.model],
+            )
+
+        target, manifest = publish_local(
+            workspace, catalog, run_id, collection, phi, upto, mechanism, len(reports), advance
+        )
     return _outcome(run_id, target, manifest)
 
 
@@ -180,7 +184,7 @@ def _start_model(workspace: Workspace, catalog, request: LocalReleaseRequest, se
     D0's documents go through the same PRE and the same binary encoding as a device's
     (``fdptm.local.randomizer.encode``, without the flips), so its counts mu^0 count
     documents, like the reports'."""
-    from fdptm.kernels.reconstruct import column_counts, reconstruct
+    from fdptm.kernels.reconstruct import BLOCK, block_counts, reconstruct
     from fdptm.local.randomizer import as_bytes, encode
     from fdptm.mechanisms.lda import Corpus
     from fdptm.mechanisms.local_dp import online_start
@@ -194,8 +198,9 @@ def _start_model(workspace: Workspace, catalog, request: LocalReleaseRequest, se
     tokens = public_tokens(request.prior, workspace, vocabulary.pre).column("tokens")
     bits = as_bytes(encode(tokens.combine_chunks(), vocabulary), vocabulary.size)
     bits = bits.copy()  # C-contiguous for the kernels
-    counts = column_counts(bits, vocabulary.size)
-    prior = Corpus(*reconstruct(bits, counts, 0), vocabulary.size)
+    per_block = block_counts(bits, vocabulary.size, BLOCK)
+    counts = per_block.sum(axis=0)  # no flips: every column keeps its ones
+    prior = Corpus(*reconstruct(bits, counts, 0, per_block), vocabulary.size)
     state, _ = online_start(prior, _params(request), seed)
     rel = f"internal/online/{request.dataset}/{request.model}/state-000000.npz"
     state.save(workspace.root / rel)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -135,8 +137,12 @@ def publish_local(
     seqs: list[int],
     mechanism: dict,
     n_reports: int,
+    also: Callable[[Any], None] | None = None,
 ) -> tuple:
-    """Write, then register, a local release; returns (directory, manifest)."""
+    """Write, then register, a local release; returns (directory, manifest). ``also(con)``
+    runs in the registering transaction (the online model's move to the next batch), so a
+    release and what it advances are recorded together or not at all; if registering fails,
+    the files leave the public area."""
     words = list(collection.vocabulary.words)
     manifest = {
         "manifest_version": 2,
@@ -180,15 +186,21 @@ def publish_local(
     day = datetime.fromisoformat(manifest["release_date"]).replace(tzinfo=UTC).timestamp()
     for path in [*target.iterdir(), target]:
         os.utime(path, (day, day))
-    with catalog.transaction() as con:
-        for name, sha in [*files.items(), ("manifest.json", manifest_sha)]:
-            rel = str(target.relative_to(workspace.root) / name)
-            catalog.register_artifact(
-                f"release/{run_id}/{name}", run_id, "release", rel, sha, "public", con=con
-            )
-        con.execute(
-            "INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, 0.0, ?, ?, ?)",
-            [run_id, collection.dataset, str(target.relative_to(workspace.root)),
-             manifest["guarantee"]["epsilon"], Adjacency.LOCAL.value, manifest_sha, now()],
-        )  # fmt: skip
+    try:
+        with catalog.transaction() as con:
+            if also is not None:
+                also(con)
+            for name, sha in [*files.items(), ("manifest.json", manifest_sha)]:
+                rel = str(target.relative_to(workspace.root) / name)
+                catalog.register_artifact(
+                    f"release/{run_id}/{name}", run_id, "release", rel, sha, "public", con=con
+                )
+            con.execute(
+                "INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, 0.0, ?, ?, ?)",
+                [run_id, collection.dataset, str(target.relative_to(workspace.root)),
+                 manifest["guarantee"]["epsilon"], Adjacency.LOCAL.value, manifest_sha, now()],
+            )  # fmt: skip
+    except BaseException:
+        os.replace(target, staging)  # not released: out of the public area
+        raise
     return target, manifest
