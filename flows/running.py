@@ -183,7 +183,16 @@ class TemporaryAPI:
         self._port = os.fdopen(read, "rb", buffering=0)
         try:
             self._process: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-m", "fdptm.flows.api_server", str(os.getpid()), str(write)],
+                # -P: the current directory is not put on the child's sys.path, so a folder
+                # named fdptm there cannot hide the installed package (issue 27)
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "fdptm.flows.api_server",
+                    str(os.getpid()),
+                    str(write),
+                ],
                 env={**os.environ, **_SERVER_ENV},
                 pass_fds=(write,),
             )

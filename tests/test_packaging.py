@@ -19,11 +19,47 @@ def test_every_source_package_is_listed_in_pyproject():
     assert found <= listed, f"packages missing from pyproject: {sorted(found - listed)}"
 
 
-def test_ci_runs_the_readme_test_command():
+def _readme_bash_lines() -> list[str]:
     readme = (ROOT / "README.md").read_text()
+    lines, on = [], False
+    for line in readme.splitlines():
+        if line.strip() in ("```bash", "```"):
+            on = line.strip() == "```bash"
+        elif on:
+            lines.append(line.strip())
+    return lines
+
+
+def test_ci_runs_the_readme_commands_as_written():
+    """.ci/run takes both commands from the README's bash blocks (so they cannot drift), and
+    the demo's is a plain install, as a new user runs it (an editable one hides layout bugs)."""
     ci = (ROOT / ".ci" / "run").read_text()
-    command = next(line.strip() for line in ci.splitlines() if "pytest" in line)
-    assert command in readme
+    assert 'readme_command "fdptm demo"' in ci and 'readme_command "pytest"' in ci
+    lines = _readme_bash_lines()
+    installs = [line for line in lines if "pip install" in line]
+    (demo,) = [line for line in installs if "fdptm demo" in line]
+    assert "pip install . " in demo and "-e" not in demo.split()
+    (tests,) = [line for line in installs if "pytest" in line]
+    assert "-e" not in tests.split()
+
+
+def test_no_source_folder_in_the_root_can_hide_the_installed_package():
+    """Run from the checkout's root (sys.path[0] is the current directory), every fdptm
+    module resolves to the installed package, flows and tasks included (issue 27)."""
+    import subprocess
+    import sys
+
+    assert not (ROOT / "fdptm").exists()
+    code = (
+        "import importlib.util as u\n"
+        "for m in ('fdptm.flows.api_server', 'fdptm.tasks.run', 'fdptm.storage.ledger',"
+        " 'fdptm.deployments.backfill'):\n"
+        "    assert u.find_spec(m) is not None, m\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_flows_import_where_the_os_has_no_affinity_masks():
@@ -48,7 +84,7 @@ def test_no_package_module_prints_except_the_cli():
     import ast
 
     offenders = []
-    for src in ("fdptm", "flows", "tasks", "storage", "deployments"):
+    for src in ("src/fdptm", "flows", "tasks", "storage", "deployments"):
         for path in (ROOT / src).rglob("*.py"):
             if path.name in ("cli.py", "cli_local.py") and path.parent.name == "fdptm":
                 continue

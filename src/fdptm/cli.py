@@ -338,11 +338,20 @@ def _environment_problem(exc: Exception) -> str | None:
             "was lost: every file is written to a temporary name and renamed."
         )
     if isinstance(exc, RuntimeError) and "Ephemeral server process exited" in str(exc):
+        from fdptm.flows.api_server import STARTUP_FAILED
+
+        if f"code {STARTUP_FAILED}." in str(exc):
+            return (
+                "Prefect's temporary API server failed to start (its log is above); nothing "
+                "was reserved or spent. When the log names Prefect's database, it was "
+                "written by another Prefect version: point PREFECT_HOME at an empty "
+                "directory, or run `prefect server start` and export PREFECT_API_URL"
+            )
         return (
-            "Prefect's temporary API server exited while starting (its log is above); nothing "
-            "was reserved or spent. A common cause is a Prefect database in PREFECT_HOME "
-            "(~/.prefect) written by another Prefect version: point PREFECT_HOME at an empty "
-            "directory, or run `prefect server start` and export PREFECT_API_URL"
+            f"the process of Prefect's temporary API server failed ({exc}); its error is "
+            "above. Nothing was reserved or spent. Check that fdptm is installed in this "
+            "Python (`python -c 'import fdptm.flows.api_server'`), or run `prefect server "
+            "start` and export PREFECT_API_URL"
         )
     if isinstance(exc, RuntimeError) and "ephemeral Prefect API server" in str(exc):
         return (
