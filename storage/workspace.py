@@ -246,32 +246,48 @@ class Workspace:
         the secret key: which authors share a bucket is not computable without it."""
         return hmac.new(self._secret_key(), b"fdptm author buckets", "sha256").digest()
 
+    def check_key(self) -> None:
+        """Refuse (exit 2) a workspace whose ``secret.key`` cannot serve this run, before
+        anything is read or reserved: a key that is not a 32-byte hex file, or a missing
+        key where releases or author buckets depend on it. A missing key of a workspace
+        with neither is fine: it is created when first needed."""
+        key_path = self.root / "secret.key"
+        if key_path.exists() or key_path.is_symlink():
+            self._read_key(key_path)
+        elif self.has_releases() or self._buckets_spent():
+            raise BadInputError(
+                f"{key_path} is missing, but this workspace has published releases whose "
+                "manifests commit to their inputs under that key, or spends over author "
+                "buckets that key assigned: a new key would make the commitments "
+                "unverifiable and reshuffle the buckets under the ledger. Restore "
+                "secret.key from a backup (0600, owner only); nothing was changed"
+            )
+
     def _secret_key(self) -> bytes:
         """The 32-byte key, created (0600, atomically) only before the first release.
 
-        A key missing from a workspace with releases is refused: a new one would make the
-        earlier manifests' commitments unverifiable, so it must come back from a backup.
+        A key missing from a workspace with releases is refused (``check_key``): a new one
+        would make the earlier manifests' commitments unverifiable, so it must come back
+        from a backup.
         """
         key_path = self.root / "secret.key"
+        self.check_key()
         if not key_path.exists():
-            if self.has_releases() or self._buckets_spent():
-                raise FdptmError(
-                    f"{key_path} is missing, but this workspace has published releases whose "
-                    "manifests commit to their inputs under that key, or spends over author "
-                    "buckets that key assigned: a new key would make the commitments "
-                    "unverifiable and reshuffle the buckets under the ledger. Restore "
-                    "secret.key from a backup (0600, owner only); nothing was changed"
-                )
             self._create_key(key_path)
+        return self._read_key(key_path)
+
+    @staticmethod
+    def _read_key(key_path: Path) -> bytes:
         try:
-            key = bytes.fromhex(key_path.read_text().strip())
-        except ValueError:
+            key = bytes.fromhex(key_path.read_text(encoding="ascii").strip())
+        except (ValueError, OSError):
             key = b""
         if len(key) != 32:
-            raise FdptmError(
-                f"{key_path} is not a 32-byte hex key; restore it from a backup (commitments "
-                "in earlier manifests and author buckets depend on it) or, if nothing was "
-                "published and no bucketed dataset spent yet, delete it"
+            raise BadInputError(
+                f"{key_path} is not a readable file holding a 32-byte key in hex; restore it "
+                "from a backup (commitments in earlier manifests and author buckets depend on "
+                "it) or, if nothing was published and no bucketed dataset spent yet, delete "
+                "it. Nothing was read, reserved or spent"
             )
         return key
 

@@ -467,6 +467,16 @@ def _declare_unit(
             f"dataset {dataset!r} was created with privacy unit {existing!r}; a "
             f"dataset's unit never changes. Ingest into a new dataset for unit {requested!r}"
         )
+    if existing is None and requested is None and not has_authors:
+        candidates = [c for c in rows.ignored if _AUTHOR_LIKE.search(c.lower())]
+        if candidates:
+            raise BadInputError(
+                f"{name} has no column 'author_id', but {readers.names(candidates)} may name "
+                "each document's author. A new dataset's privacy unit is fixed for ever: map "
+                "the author column with --author-column NAME (author_column= in Python) for "
+                "an author-level dataset, or pass --unit document to declare every document "
+                "its own unit. Nothing was stored"
+            )
     unit = existing or requested or ("author" if has_authors else "document")
     if unit == "author" and not has_authors:
         candidates = [c for c in rows.ignored if _AUTHOR_LIKE.search(c.lower())]
@@ -539,19 +549,23 @@ def ingest(
     check_name(dataset)
     if unit not in (None, "author", "document"):
         raise BadInputError(f"unit must be 'author' or 'document', got {unit!r}")
+    workspace.check_key()  # ids are derived and buckets assigned under it: check it first
+    existing = _existing_dataset(workspace, dataset)
     with local_input(path) as (source, origin):
-        mapping = readers.ColumnMap(text_column, id_column, author_column, time_column)
+        may_have_authors = unit != "document" and (existing is None or existing["unit"] == "author")
+        mapping = readers.ColumnMap(
+            text_column, id_column, author_column, time_column, infer_author=may_have_authors
+        )
         rows = readers.read_rows(source, fmt, mapping)
+        declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
         workspace.create()
         catalog = Catalog(workspace)
-        existing = catalog.dataset(dataset)
-        declared = _declare_unit(existing and existing["unit"], unit, rows, dataset, source.name)
         _declare_public(existing and bool(existing["public"]), public, dataset)
         _declare_buckets(existing, author_buckets, declared, dataset)
         run_id = f"ingest-{uuid.uuid4().hex[:12]}"
         params = {"source": origin, "columns": rows.mapping}
         with recovery.recorded_run(workspace, catalog, run_id, dataset, "ingest", params):
-            return _ingest(
+            result = _ingest(
                 source,
                 origin,
                 rows,
@@ -565,6 +579,22 @@ def ingest(
                 max_text_chars,
                 author_buckets,
             )
+        inferred = rows.mapping.get("author_id")
+        if author_column is None and inferred not in (None, "author_id"):
+            result.warnings.insert(
+                0,
+                f"column {readers.quote(inferred)} read as the author column (by its name): "
+                f"dataset {dataset!r} is author-level. If it does not identify authors, map "
+                "the right column with --author-column NAME, or pass --unit document",
+            )
+        return result
+
+
+def _existing_dataset(workspace: Workspace, dataset: str) -> dict | None:
+    """The catalog row of ``dataset``, or None (also when the workspace is new)."""
+    if not workspace.catalog_path.exists():
+        return None
+    return Catalog(workspace).dataset(dataset)
 
 
 def _day_span(table: pa.Table) -> tuple[int | None, int | None]:

@@ -31,7 +31,7 @@ import io
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ import pyarrow.parquet as pq
 from fdptm.errors import BadInputError
 
 FIELDS = ("doc_id", "text", "author_id", "ts")
+AUTHOR_NAMES = ("author", "user", "user_id", "sender", "from")
+"""Column names (any case) read as the author column when none is mapped (issue 27)."""
 OPTIONS = {
     "text": "--text-column",
     "doc_id": "--id-column",
@@ -90,6 +92,10 @@ class ColumnMap:
     doc_id: str | None = None
     author_id: str | None = None
     ts: str | None = None
+    infer_author: bool = False
+    """Read a column named like an author (``AUTHOR_NAMES``) as the author column when no
+    column ``author_id`` is there and none is mapped (for a dataset that may be author
+    level: a file with authors never makes a document-level dataset by omission)."""
 
     def resolve(self, found: list[str], source: Path) -> dict[str, str]:
         """Field -> input column, for every field the file provides.
@@ -98,20 +104,31 @@ class ColumnMap:
         field only (an explicit mapping takes a column before a field's own name does).
         """
         chosen: dict[str, str] = {}
-        for spec in fields(self):
-            column = getattr(self, spec.name)
+        for name in FIELDS:
+            column = getattr(self, name)
             if column is None:
                 continue
             if column not in found:
                 raise BadInputError(
                     f"{source.name}: column {quote(column)} (mapped with "
-                    f"{OPTIONS[spec.name]}) is not in the file; the file's columns are "
+                    f"{OPTIONS[name]}) is not in the file; the file's columns are "
                     f"{names(found)}"
                 )
-            chosen[spec.name] = column
+            chosen[name] = column
         for field in FIELDS:
             if field not in chosen and field in found and field not in chosen.values():
                 chosen[field] = field
+        if self.infer_author and "author_id" not in chosen:
+            named = [c for c in found if c.lower() in AUTHOR_NAMES and c not in chosen.values()]
+            if len(named) > 1:
+                raise BadInputError(
+                    f"{source.name} has {len(named)} columns that may name authors "
+                    f"({names(named)}); say which one identifies each document's author with "
+                    "--author-column NAME, or pass --unit document to make every document "
+                    "its own privacy unit"
+                )
+            if named:
+                chosen["author_id"] = named[0]
         if "text" not in chosen:
             raise BadInputError(
                 f"{source.name} has no column 'text' (expected the documents' text there); the "
@@ -365,11 +382,35 @@ def _csv_error(path: Path, exc: pa.ArrowException, bad: list) -> BadInputError:
     )
 
 
+_MAX_INT_DIGITS = 4300
+"""Python's limit on converting a decimal string to an int (sys.get_int_max_str_digits)."""
+
+
+def _json_int(digits: str) -> int:
+    """A JSON integer, refused with a clear message past Python's conversion limit (a
+    ValueError deep in the JSON decoder otherwise)."""
+    if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _TooLong(len(digits.lstrip("-")))
+    return int(digits)
+
+
+class _TooLong(ValueError):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
 def _loads(text: str, path: Path, where: str):
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise BadInputError(f"{path}{where} is not valid JSON: {exc.msg}") from exc
+    except _TooLong as exc:
+        raise BadInputError(
+            f"{path}{where} holds a JSON integer of {exc.digits} digits, more than the "
+            f"{_MAX_INT_DIGITS} that can be read; write such ids as strings (quoted) and "
+            "ingest again. Nothing was stored"
+        ) from None
     except RecursionError as exc:
         raise BadInputError(
             f"{path}{where}: JSON nested too deeply to read; ingest reads flat records "

@@ -198,6 +198,9 @@ def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
             "the budget is out of the range the mechanisms support: ask for a smaller epsilon "
             "or a larger delta"
         ) from exc
+    for stage, params in (("vocabulary", m1), ("train", m2)):
+        if params is not None:
+            check_noise(stage, params.to_dict())
     for stage in plan.stages:
         if (stage.delta == 0 and stage.release_delta > 0) or stage.epsilon <= 0:
             raise BadInputError(
@@ -208,6 +211,36 @@ def calibrate(spec: RunSpec, unit: Adjacency) -> Calibration:
     return Calibration(
         spec.epsilon, spec.delta, unit, plan, m1, m2, guarantee, spec.bounding_seed, spec.seed
     )
+
+
+NOISE_FIELDS = frozenset(
+    {"noise_scale", "laplace_scale", "noise_multiplier", "noise_std", "multiplier", "sigma"}
+)
+"""The names under which calibrated parameters carry a noise scale (``to_dict``)."""
+
+
+def check_noise(stage: str, params: dict, path: str = "") -> None:
+    """Refuse a calibration whose numbers the samplers cannot use, before anything is
+    reserved: every number finite, every noise scale > 0. A tiny epsilon (1e-320, say)
+    passes the request's checks but divides into an infinite scale, which a sampler would
+    refuse only after the stage had read private data and its budget was spent."""
+    for key, value in params.items():
+        name = f"{path}{key}"
+        if isinstance(value, dict):
+            check_noise(stage, value, f"{name}.")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    check_noise(stage, item, f"{name}[{i}].")
+        elif isinstance(value, float | int) and not isinstance(value, bool):
+            positive = key not in NOISE_FIELDS or value > 0
+            if not (math.isfinite(value) and positive):
+                raise BadInputError(
+                    f"the {stage} stage's noise cannot be calibrated for this budget: its "
+                    f"{name} would be {value!r}. The epsilon or delta is outside the range "
+                    "the samplers support; ask for a larger epsilon or a "
+                    "delta further from 0 and 1. Nothing was reserved or spent"
+                )
 
 
 def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, list[dict]]:
@@ -313,6 +346,7 @@ def preflight(request: ReleaseRequest) -> Calibration:
     workspace = Workspace.resolve(request.workspace).require()
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
+    workspace.check_key()
     ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
@@ -327,6 +361,7 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     catalog = Catalog(workspace)
     spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
     validate(spec)
+    workspace.check_key()
     ledger, batches = _dataset_context(catalog, spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
@@ -431,6 +466,7 @@ def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, 
 
 def preflight_resume(workspace: Workspace, run_id: str) -> list[str]:
     """The checks of ``--resume`` before Prefect starts; the lost stages to re-reserve."""
+    workspace.check_key()
     recovery.recover(workspace)
     spec, calibration, lost = resumable(workspace, run_id)
     if lost:

@@ -82,24 +82,53 @@ def test_mapped_columns_are_read_and_the_rest_is_named_in_warnings(tmp_path, wor
     assert "'extra'" in warning and SECRET not in warning
 
 
-@pytest.mark.parametrize("name", ["author", "user", "sender"])
-def test_an_unmapped_author_column_is_never_an_author_level_dataset(tmp_path, workspace, name):
+@pytest.mark.parametrize("name", ["author", "user", "User_ID", "sender", "from"])
+def test_a_column_named_for_authors_makes_an_author_level_dataset(tmp_path, workspace, name):
+    """Issue 27: a file with authors never makes a document-level dataset by omission."""
     rows = [{"text": "alpha beta", name: "alice"}, {"text": "gamma delta", name: "alice"}]
     path = write_rows(tmp_path / "in.jsonl", rows)
+    result = ingest(path, "d", workspace)
+    assert Catalog(workspace).dataset("d")["unit"] == "author"
+    assert {r["author_id"] for r in stored(workspace, "d")} == {"alice"}
+    (note,) = result.warnings
+    assert f"'{name}' read as the author column" in note and "--unit document" in note
+    assert "alice" not in note
+    # --unit document says every document is its own unit: the column is then ignored
+    result = ingest(path, "docs", workspace, unit="document")
+    assert Catalog(workspace).dataset("docs")["unit"] == "document"
+    (warning,) = result.warnings
+    assert f"'{name}'" in warning and "ignored" in warning and "alice" not in warning
+    # explicitly mapped: author level, nothing to say
+    result = ingest(path, "people", workspace, author_column=name)
+    assert result.warnings == []
+    assert Catalog(workspace).dataset("people")["unit"] == "author"
+
+
+def test_an_author_like_column_refuses_a_new_dataset_until_the_unit_is_said(tmp_path, workspace):
+    rows = [{"text": "alpha beta", "writer": "alice"}, {"text": "gamma", "writer": "bob"}]
+    path = write_rows(tmp_path / "in.jsonl", rows)
+    with pytest.raises(BadInputError, match="--unit document") as err:
+        ingest(path, "d", workspace)
+    assert "'writer'" in str(err.value) and "alice" not in str(err.value)
     with pytest.raises(BadInputError, match="no author column") as err:
         ingest(path, "d", workspace, unit="author")
     assert "--author-column" in str(err.value) and "alice" not in str(err.value)
     assert absent(workspace)
-    # without --unit the dataset is document level, and the ignored column is named
-    result = ingest(path, "d", workspace)
+    assert ingest(path, "d", workspace, unit="document").n_rows == 2
     assert Catalog(workspace).dataset("d")["unit"] == "document"
-    (warning,) = result.warnings
-    assert f"'{name}'" in warning and "--author-column" in warning and "alice" not in warning
-    # mapped, it makes an author-level dataset with one author
-    result = ingest(path, "people", workspace, author_column=name)
-    assert result.warnings == []
-    assert {r["author_id"] for r in stored(workspace, "people")} == {"alice"}
-    assert Catalog(workspace).dataset("people")["unit"] == "author"
+    ingest(path, "w", workspace, author_column="writer")
+    assert Catalog(workspace).dataset("w")["unit"] == "author"
+
+
+def test_two_columns_named_for_authors_are_refused_until_one_is_chosen(tmp_path, workspace):
+    rows = [{"text": "alpha beta", "user": "alice", "sender": "bob"}]
+    path = write_rows(tmp_path / "in.jsonl", rows)
+    with pytest.raises(BadInputError, match="--author-column") as err:
+        ingest(path, "d", workspace)
+    assert "'user'" in str(err.value) and "'sender'" in str(err.value)
+    assert absent(workspace)
+    ingest(path, "d", workspace, author_column="sender")
+    assert {r["author_id"] for r in stored(workspace, "d")} == {"bob"}
 
 
 def test_a_mapped_column_missing_from_the_file_names_the_columns_found(tmp_path, workspace):

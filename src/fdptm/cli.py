@@ -113,11 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     rel = sub.add_parser(
         "release",
         help="run the DP release flow on a dataset",
+        usage="fdptm release --dataset NAME --epsilon EPSILON --delta DELTA --topics K "
+        "[options]\n       fdptm release --resume RUN_ID [--workspace DIR]",
         description="Release a DP topic model. Every option is a field of the release "
         "request model (fdptm.request.ReleaseRequest), shared with the flows, the "
         "deployments and the Python API.",
     )
-    add_arguments(rel, required=False)
+    add_arguments(rel, required=False, unless="--resume")
     rel.add_argument(
         "--resume",
         metavar="RUN_ID",
@@ -138,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="One release per partition; a re-run releases only what is missing and "
         "resumes an interrupted release. The release options are those of `fdptm release`.",
     )
-    add_arguments(back, exclude=SCOPE_FIELDS, required=False)
+    add_arguments(back, exclude=SCOPE_FIELDS)
     back.add_argument("--by", required=True, choices=["day", "week", "month", "batch"])
     back.add_argument(
         "--from",

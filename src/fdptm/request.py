@@ -38,6 +38,10 @@ SetUnionPolicy = Literal[
 ]
 VocabularySelection = Literal["set-union", "none", "bayesian-prior", "extend"]
 LastWindow = Literal["last-day", "last-week", "last-month"]
+MAX_TOPICS = 1000
+"""The most topics a release may ask for: a public bound checked before anything is spent
+(a k x V release of more topics than this is noise at any budget the mechanisms support,
+and k = 10^9 would otherwise pass the checks, spend M1 and fail on the vocabulary)."""
 SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")
 """The fields that choose a release's partitions (a backfill chooses them itself)."""
 
@@ -68,7 +72,7 @@ class ReleaseRequest(_Request):
         gt=0, description="total epsilon of the release, at its (weakest) adjacency"
     )
     delta: float = Field(gt=0, lt=1, description="total delta, in (0, 1); e.g. 1e-5")
-    topics: int = Field(ge=1, description="number of topics k")
+    topics: int = Field(ge=1, le=MAX_TOPICS, description="number of topics k")
     mechanism: str = Field(DEFAULT_MECHANISM, description="M2 mechanism (README: 'M2 mechanisms')")
     m2_options: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
@@ -275,7 +279,7 @@ class LocalReleaseRequest(_Request):
     sections V-VI): it spends nothing, so it has no epsilon or delta of its own."""
 
     dataset: str = Field(description="name of the local dataset (ingested with --local-reports)")
-    topics: int = Field(ge=1, description="number of topics k")
+    topics: int = Field(ge=1, le=MAX_TOPICS, description="number of topics k")
     mechanism: Literal["lp-lda", "olp-lda"] = Field(
         "lp-lda",
         description="lp-lda: one model from the chosen batches (section V); olp-lda: an online "
@@ -361,7 +365,10 @@ def describe(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "request"
         flag = "--" + where.replace("_", "-") if err["loc"] else where
-        given = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+        if err["type"] == "missing":
+            lines.append(f"{flag} is required")
+            continue
+        given = f" (got {err['input']!r})" if "input" in err else ""
         lines.append(f"{flag}: {err['msg']}{given}")
     return "invalid release request: " + "; ".join(lines)
 
@@ -390,6 +397,7 @@ def add_arguments(
     *,
     exclude: tuple[str, ...] = (),
     required: bool = True,
+    unless: str | None = None,
     model: type[_Request] = ReleaseRequest,
 ) -> None:
     """Add one option per field of ``model`` (but ``exclude``) to ``parser``.
@@ -397,17 +405,19 @@ def add_arguments(
     The options have no defaults of their own (an option not given is None and the model
     fills in its default, shown in ``--help``), so the command line cannot drift from the
     model, and a caller can tell which options were given. ``required=False`` leaves even
-    the fields without a default optional (``fdptm release --resume`` needs none of them);
-    the model still requires them.
+    the fields without a default optional for argparse (``fdptm release --resume`` needs
+    none of them); the model still requires them, and ``--help`` says "required unless
+    ``unless``".
     """
     for name, info in model.model_fields.items():
         if name in exclude:
             continue
         flag = "--" + name.replace("_", "-")
         default = None if info.is_required() else info.get_default(call_default_factory=True)
-        shown = (
-            "" if info.is_required() or default in (None, {}, False) else f" (default {default})"
-        )
+        if info.is_required():
+            shown = " (required)" if required or unless is None else f" (required unless {unless})"
+        else:
+            shown = "" if default in (None, {}, False) else f" (default {default})"
         help_text = f"{info.description}{shown}"
         kind = _base_type(info.annotation)
         if name == "m2_options":
