@@ -58,6 +58,7 @@ def partition_task(partition: Partition) -> dict:
         "partition": partition.label,
         "status": "resumed" if partition.state == "resume" else "released",
         "run_id": outcome["run_id"],
+        "guarantee": f"{outcome['statement']}, {outcome['adjacency']}-level adjacency",
     }
 
 

@@ -10,8 +10,12 @@ start.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,18 +142,26 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
         spec.m2.name,
         ", ".join(spec.dp_stages),
     )
+    m1 = f"M1 {spec.vocabulary_selection}"
     try:
-        tokens = preprocess_task(spec, show_progress, dask_address)
-        bounded = bound_task(spec, tokens, dask_address)
-        vocab = vocabulary_task(spec, bounded, dask_address)
+        with _stage("PRE"):
+            tokens = preprocess_task(spec, show_progress, dask_address)
+        with _stage("contribution bounding"):
+            bounded = bound_task(spec, tokens, dask_address)
+        with _stage(m1 if "vocabulary" in spec.dp_stages else "public vocabulary"):
+            vocab = vocabulary_task(spec, bounded, dask_address)
         log.info("run %s: vocabulary selected (%s)", spec.run_id, spec.vocabulary_selection)
-        san = sanitize_task(spec, bounded, vocab, dask_address)
+        with _stage("SAN"):
+            san = sanitize_task(spec, bounded, vocab, dask_address)
         running.prefetch("great_expectations")  # the publish checks' import, during M2
-        topic_word = train_task(spec, san, vocab, show_progress, dask_address)
+        with _stage(f"M2 {spec.mechanism}"):
+            topic_word = train_task(spec, san, vocab, show_progress, dask_address)
         log.info("run %s: M2 trained", spec.run_id)
         if spec.baseline:
-            baseline_task(spec, san, vocab, show_progress)
-        path = publish_task(spec, vocab, topic_word)
+            with _stage("non-private baseline (internal)"):
+                baseline_task(spec, san, vocab, show_progress)
+        with _stage("publish"):
+            path = publish_task(spec, vocab, topic_word)
     except BaseException as exc:
         log.error("run %s failed: %s", spec.run_id, type(exc).__name__)
         lifecycle.finish(spec, exc)
@@ -185,6 +197,19 @@ def _pipeline(spec: RunSpec, show_progress: bool, dask_address: str | None = Non
             exc,
         )
     return outcome.__dict__
+
+
+PROGRESS = logging.getLogger("fdptm.progress")
+"""One record per finished stage with its elapsed time, for the operator's terminal (the
+CLI shows them; Prefect's API handlers are not on this logger). Run times are internal:
+they depend on the data's size, so they never enter a release."""
+
+
+@contextlib.contextmanager
+def _stage(name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    PROGRESS.info("%-32s done in %6.1f s", name, time.perf_counter() - start)
 
 
 @flow(name="release", log_prints=False, retries=0, persist_result=False)

@@ -572,6 +572,12 @@ class Catalog:
         rows = self.query("SELECT * FROM datasets WHERE name = ?", [name])
         return rows[0] if rows else None
 
+    def datasets(self) -> dict[str, dict[str, Any]]:
+        """Every dataset's row by name, read without bound parameters: the first statement
+        that binds one makes DuckDB import pandas (about a second), which the CLI's first
+        line and its refusals must not wait for."""
+        return {r["name"]: r for r in self.query("SELECT * FROM datasets")}
+
     def batches(self, dataset: str) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM batches WHERE dataset = ? ORDER BY seq", [dataset])
 

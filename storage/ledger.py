@@ -350,6 +350,14 @@ class Ledger:
                 f"a cap at local level is for a dataset of local-DP reports; {dataset!r} holds "
                 "documents: state its cap at author, document or word level"
             )
+        try:
+            self.lifetime(dataset, unit)
+        except ValueError as exc:
+            raise BadInputError(
+                f"dataset {dataset!r} has spent budget that a cap at {unit.value} level cannot "
+                f"count ({exc}); state the cap at the weakest level spent so far (`fdptm budget "
+                f"--dataset {dataset} --all` shows the levels with a total). The cap is unchanged"
+            ) from None
         with self.catalog.transaction() as con:
             row = con.execute("SELECT public FROM datasets WHERE name = ?", [dataset]).fetchone()
             if row is None:
@@ -797,9 +805,14 @@ def budget_report(ledger: Ledger, dataset: str) -> dict:
         ],
     }
     if cap:
-        life = ledger.lifetime(dataset, cap.unit)
-        eps_left, delta_left = remaining(cap, life)
         report["cap"] = {"epsilon": cap.epsilon, "delta": cap.delta, "unit": cap.unit.value}
+        try:
+            life = ledger.lifetime(dataset, cap.unit)
+        except ValueError as exc:  # a cap set before set_cap refused uncountable spends
+            report["lifetime"] = {"statement": f"not defined at the cap's level ({exc})"}
+            report["remaining"] = {"epsilon": 0.0, "delta": 0.0}
+            return report
+        eps_left, delta_left = remaining(cap, life)
         report["lifetime"] = {
             "epsilon": life.epsilon,
             "delta": life.delta,

@@ -41,8 +41,8 @@ def write_report(workspace: Workspace, run_id: str) -> Path:
     )
     if not rows:
         raise BadInputError(
-            f"no published release with run id {run_id!r} in {workspace.root}; list them with "
-            "`fdptm budget --dataset NAME`"
+            f"no published release with run id {run_id!r} in {workspace.root}; `fdptm "
+            "releases` lists them"
         )
     release = load_release(workspace.root / rows[0]["path"])
     dataset = rows[0]["dataset"]  # the catalog's, not the (unhashed) manifest's
@@ -118,17 +118,24 @@ def utility(release: Release) -> list[tuple[str, str]]:
 
 
 def _spend_plot(history: list[Spent], cap: float | None, unit: Adjacency, path: Path) -> None:
-    """Epsilon spent by the dataset's published releases, cumulatively, against the cap."""
+    """Epsilon spent by the dataset's published releases, cumulatively, against the cap: one
+    bar per release (a step line draws nothing for a single release)."""
     fig = Figure(figsize=(6, 3), dpi=100)
     ax = fig.subplots()
     steps = list(range(1, len(history) + 1))
-    ax.step(steps, [h.epsilon for h in history], where="post", label="published releases")
+    spent = [h.epsilon for h in history]
+    ax.bar(steps, spent, width=0.6, color="#4a7bb7", label="spent after each release")
+    for x, y in zip(steps, spent, strict=True):
+        ax.annotate(f"{y:.3g}", (x, y), ha="center", va="bottom", fontsize=8)
+    top = max(spent)
     if cap is not None:
-        ax.axhline(cap, color="#c00", linestyle="--", label="cap")
+        ax.axhline(cap, color="#c00", linestyle="--", label=f"cap ({cap:g})")
+        top = max(top, cap)
     ax.set_xticks(steps)
+    ax.set_xlim(0.4, len(history) + 0.6)
     ax.set_xlabel("release (in order of publication)")
     ax.set_ylabel(f"epsilon ({unit.value} level)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, top * 1.15)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

@@ -270,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mech.add_argument("--json", action="store_true")
 
+    rels = sub.add_parser(
+        "releases", help="list the published releases (run id, date, guarantee, topics)"
+    )
+    rels.add_argument("--dataset", help="only this dataset's releases")
+    rels.add_argument("--json", action="store_true")
+    workspace(rels)
+
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -283,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--unit",
         choices=["author", "author-replace", "document", "document-replace", "word"],
         help="adjacency the cap is stated at (default: the dataset's unit)",
+    )
+    budget.add_argument(
+        "--all",
+        action="store_true",
+        help="also the totals at the other adjacencies (the dataset's own unit by default)",
     )
     budget.add_argument("--json", action="store_true")
     workspace(budget)
@@ -304,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": cmd_report,
             "recover": cmd_recover,
             "budget": cmd_budget,
+            "releases": cmd_releases,
             "mechanisms": cmd_mechanisms,
             "backfill": cmd_backfill,
             "partitions": cmd_partitions,
@@ -491,11 +504,14 @@ def _print_ingest(result) -> None:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    show = not args.no_progress
+    request = None if args.resume else from_arguments(args)
+    if request is not None:
+        _announce(request)  # before the heavy imports below
     from fdptm.parallel import check_cluster
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks import run as lifecycle
 
-    show = not args.no_progress
     if args.resume:
         extra = given(args)
         if extra:
@@ -510,9 +526,9 @@ def cmd_release(args: argparse.Namespace) -> int:
                 "its budget is spent and lost; it is reserved again",
                 file=sys.stderr,
             )
+        _show_stages(show)
         outcome = _flow("resume_release", args.resume, str(workspace.root), show, args.dask_address)
     else:
-        request = from_arguments(args)
         if request.seed is not None:
             print(
                 "fdptm: warning: --seed makes the noise reproducible by anyone who knows the "
@@ -520,12 +536,79 @@ def cmd_release(args: argparse.Namespace) -> int:
                 "says so)",
                 file=sys.stderr,
             )
-        lifecycle.preflight(request)
+        _print_plan(lifecycle.preflight(request))
         check_cluster(args.dask_address)
         running.start_api()
+        _show_stages(show)
         outcome = _flow("release", request, show, args.dask_address)
     _print_release(outcome)
     return 0
+
+
+def _announce(request: ReleaseRequest) -> None:
+    """The release's first line, from the request and the catalog alone (no mechanism, no
+    Prefect imported: well within a second), after the refusals that need nothing more: a
+    missing workspace, an unknown or public dataset, an unusable workspace key."""
+    from fdptm.storage.catalog import Catalog
+    from fdptm.storage.workspace import Workspace, check_name
+
+    check_name(request.dataset)
+    workspace = Workspace.resolve(request.workspace).require()
+    row = Catalog(workspace).datasets().get(request.dataset)
+    if row is None:
+        raise BadInputError(
+            f"no dataset named {request.dataset!r} in {workspace.root}; `fdptm ingest PATH "
+            "--dataset NAME` creates one"
+        )
+    if row["public"]:
+        from fdptm.storage.ledger import PUBLIC_NOT_CHARGED
+
+        raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=request.dataset))
+    workspace.check_key()
+    m1 = request.vocabulary_selection
+    stages = [
+        "PRE",
+        "contribution bounding",
+        f"M1 {m1}" if m1 != "none" else f"public vocabulary {request.vocabulary}",
+        "SAN",
+        f"M2 {request.mechanism}",
+        "publish",
+    ]
+    print(
+        f"release of dataset {request.dataset!r} (privacy unit: {row['unit']}): "
+        f"epsilon={request.epsilon:g}, delta={request.delta:g}, {request.topics} topics; "
+        f"stages: {' -> '.join(stages)}",
+        flush=True,
+    )
+
+
+def _print_plan(calibration) -> None:
+    """The budget granted (less than asked under --releases-left) and each DP stage's share
+    as calibrated, before anything is reserved."""
+    plan = calibration.plan
+    shares = "; ".join(
+        f"{s.stage} {s.mechanism}: epsilon={s.epsilon:.4g}, delta={s.delta:.3g} "
+        f"({s.adjacency.value} level)"
+        for s in plan.stages
+    )
+    print(
+        f"budget: epsilon={plan.epsilon:.6g}, delta={plan.delta:.3g} at {plan.unit.value} "
+        f"level ({plan.accountant}); {shares}",
+        flush=True,
+    )
+
+
+def _show_stages(show: bool) -> None:
+    """Print each finished stage and its elapsed time (``fdptm.flows.release.PROGRESS``)."""
+    import logging
+
+    logger = logging.getLogger("fdptm.progress")
+    logger.propagate = False
+    logger.setLevel(logging.INFO if show else logging.WARNING)
+    if show and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("  %(message)s"))
+        logger.addHandler(handler)
 
 
 def _flow(name: str, *args) -> dict:
@@ -574,9 +657,28 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 "M2 was refunded; release this partition by hand with other parameters)"
             )
             code = code or 2
+        elif r["status"] == "skipped":
+            print(
+                f"{r['partition']}: already released ({r['run_id']}, "
+                f"{_released_guarantee(request, r['run_id'])}): skipped"
+            )
         else:
-            print(f"{r['partition']}: {r['status']} {r.get('run_id') or ''}".rstrip())
+            print(f"{r['partition']}: {r['status']} {r['run_id']}, {r['guarantee']}")
     return code
+
+
+def _released_guarantee(request: ReleaseRequest, run_id: str) -> str:
+    """A published release's guarantee as the catalog records it."""
+    from fdptm.storage.catalog import Catalog
+    from fdptm.storage.workspace import Workspace
+
+    rows = Catalog(Workspace.resolve(request.workspace)).query(
+        "SELECT epsilon, delta, adjacency FROM releases WHERE run_id = ?", [run_id]
+    )
+    if not rows:
+        return "guarantee not recorded"
+    r = rows[0]
+    return f"({r['epsilon']:.6g}, {r['delta']:.3g})-DP, {r['adjacency']}-level adjacency"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -805,6 +907,77 @@ def cmd_mechanisms(args: argparse.Namespace) -> int:
     return 0
 
 
+UNIT_MEANING = {
+    "author": "for adding or removing one author with all their documents",
+    "author-replace": "for replacing one author's documents by another author's (up to 2x "
+    "the add/remove figure)",
+    "document": "for adding or removing one document",
+    "document-replace": "for replacing one document by another (up to 2x the add/remove figure)",
+    "word": "for replacing one token of one document (word level: the weakest)",
+    "local": "per device, for everything one device reported (local DP)",
+}
+"""What a ledger total at each adjacency means, in one line (``fdptm budget``)."""
+
+
+def cmd_releases(args: argparse.Namespace) -> int:
+    from fdptm.storage.catalog import Catalog
+    from fdptm.storage.workspace import Workspace, check_name
+
+    workspace = Workspace.resolve(args.workspace).require()
+    where, params = "", []
+    if args.dataset:
+        check_name(args.dataset)
+        where, params = " WHERE dataset = ?", [args.dataset]
+    rows = Catalog(workspace).query(
+        "SELECT run_id, dataset, path, epsilon, delta, adjacency, released_at FROM releases"
+        f"{where} ORDER BY released_at",
+        params,
+    )
+    listed = []
+    for r in rows:
+        topics = _manifest_topics(workspace.root / r["path"])
+        listed.append(
+            {
+                "run_id": r["run_id"],
+                "dataset": r["dataset"],
+                "released_at": r["released_at"].isoformat(),
+                "guarantee": f"({r['epsilon']:.6g}, {r['delta']:.3g})-DP",
+                "adjacency": r["adjacency"],
+                "topics": topics and len(topics),
+                "topics_with_signal": topics and sum(not t["no_signal"] for t in topics),
+                "path": str(workspace.root / r["path"]),
+            }
+        )
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    if not listed:
+        scope = f" of dataset {args.dataset!r}" if args.dataset else ""
+        print(f"no published release{scope} in {workspace.root}")
+        return 0
+    print(f"{'run id':<38} {'released (UTC)':<20} {'guarantee':<22} {'adjacency':<16} topics")
+    for r in listed:
+        shown = (
+            "manifest missing"
+            if r["topics"] is None
+            else f"{r['topics']} ({r['topics_with_signal']} with signal)"
+        )
+        print(
+            f"{r['run_id']:<38} {r['released_at'][:19].replace('T', ' '):<20} "
+            f"{r['guarantee']:<22} {r['adjacency']:<16} {shown}"
+        )
+    print("`fdptm report --run RUN_ID` writes a release's HTML report")
+    return 0
+
+
+def _manifest_topics(release: Path) -> list[dict] | None:
+    """The ``topics`` entry of a release's manifest, or None when it cannot be read."""
+    try:
+        return json.loads((release / "manifest.json").read_text())["topics"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
     from fdptm.privacy.adjacency import Adjacency
     from fdptm.storage.catalog import Catalog
@@ -840,15 +1013,27 @@ def cmd_budget(args: argparse.Namespace) -> int:
             f"({cap['unit']} level)"
         )
         print(f"lifetime guarantee: {report['lifetime']['statement']}")
-        print(
-            f"spent or reserved: epsilon={report['lifetime']['epsilon']:.6g}, "
-            f"delta={report['lifetime']['delta']:.6g}; remaining: "
-            f"epsilon={report['remaining']['epsilon']:.6g}, "
-            f"delta={report['remaining']['delta']:.6g}"
-        )
+        if "epsilon" not in report["lifetime"]:
+            print(
+                "remaining: nothing (the cap cannot count what was spent: set it again at the "
+                "weakest level spent, with --cap EPSILON DELTA --unit UNIT)"
+            )
+        else:
+            print(
+                f"spent or reserved: epsilon={report['lifetime']['epsilon']:.6g}, "
+                f"delta={report['lifetime']['delta']:.6g}; remaining: "
+                f"epsilon={report['remaining']['epsilon']:.6g}, "
+                f"delta={report['remaining']['delta']:.6g}"
+            )
     else:
         print("lifetime cap: none set (set one with --cap EPSILON DELTA)")
+    own = report["dataset_unit"]
+    own_defined = report["totals"].get(own) is not None
     for unit, total in report["totals"].items():
+        # by default the dataset's own unit, and where that is not defined (a weaker-level
+        # spend), the levels where a total is
+        if unit != own and not args.all and (own_defined or total is None):
+            continue
         print(
             f"total at {unit} level: "
             + (
@@ -863,6 +1048,9 @@ def cmd_budget(args: argparse.Namespace) -> int:
                 else "not defined (some spend is only weaker-level DP)"
             )
         )
+        print(f"  {UNIT_MEANING[unit]}")
+    if not args.all and len(report["totals"]) > 1:
+        print("(--all shows the totals at the other adjacencies)")
     if report["entries"]:
         print(
             f"{'run':<40} {'stage':<11} {'mechanism':<28} {'adjacency':<16} "
