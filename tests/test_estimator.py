@@ -26,7 +26,7 @@ def counts():
 
 def test_fit_gives_stochastic_components_and_the_mechanisms_guarantee(counts):
     X, _, truth = counts
-    model = fdptm.DPTopicModel(3, 50.0, 1e-5, iterations=20, seed=1).fit(X)
+    model = fdptm.DPTopicModel(3, 50.0, 1e-5, iterations=20, random_state=1).fit(X)
     assert model.components_.shape == (3, 50)
     np.testing.assert_allclose(model.components_.sum(axis=1), 1.0)
     g = model.guarantee_
@@ -34,7 +34,7 @@ def test_fit_gives_stochastic_components_and_the_mechanisms_guarantee(counts):
     assert model.parameters_["iterations"] == 20
     cosine = matched_distance(model.components_, truth).cosine
     assert cosine > 0.8  # epsilon 50 on 600 documents: the topics are found
-    dense = fdptm.DPTopicModel(3, 50.0, 1e-5, iterations=20, seed=1).fit(X.toarray())
+    dense = fdptm.DPTopicModel(3, 50.0, 1e-5, iterations=20, random_state=1).fit(X.toarray())
     np.testing.assert_array_equal(dense.components_, model.components_)
 
 
@@ -50,16 +50,16 @@ def test_every_mechanism_gets_the_units_adjacency_as_a_release_passes_it(
     counts, mechanism, unit, expected
 ):
     X, authors, _ = counts
-    model = fdptm.DPTopicModel(3, 5.0, 1e-5, mechanism=mechanism, iterations=5, seed=3)
+    model = fdptm.DPTopicModel(3, 5.0, 1e-5, mechanism=mechanism, iterations=5, random_state=3)
     model.fit(X, authors=authors if unit else None)
     assert model.guarantee_.adjacency == expected and model.seeded_
 
 
 def test_authors_make_it_author_level_and_word_level_mechanisms_say_so(counts):
     X, authors, _ = counts
-    model = fdptm.DPTopicModel(3, 5.0, 1e-5, iterations=5, seed=2).fit(X, authors=authors)
+    model = fdptm.DPTopicModel(3, 5.0, 1e-5, iterations=5, random_state=2).fit(X, authors=authors)
     assert model.guarantee_.adjacency == Adjacency.AUTHOR
-    hdp = fdptm.DPTopicModel(3, 300.0, 1e-5, mechanism="hdp-lda", iterations=3, seed=2)
+    hdp = fdptm.DPTopicModel(3, 300.0, 1e-5, mechanism="hdp-lda", iterations=3, random_state=2)
     assert hdp.fit(X, authors=authors).guarantee_.adjacency == Adjacency.WORD
 
 
@@ -75,12 +75,12 @@ def test_authors_make_it_author_level_and_word_level_mechanisms_say_so(counts):
         (np.ones((3, 4)), {"authors": ["a", "b"]}, "one id per row"),
         (np.ones((3, 4)), {"mechanism": "zhu"}, "allow_unproven=True"),
         (np.ones((3, 4)), {"mechanism": "nope"}, "unknown M2 mechanism"),
-        (np.ones((3, 4)), {"nope": 1}, "has no option"),
+        (np.ones((3, 4)), {"options": {"nope": 1}}, "has no option"),
         (np.ones((3, 4)), {"epsilon": 0.0}, "epsilon"),
     ],
 )
 def test_input_that_breaks_the_assumptions_is_refused(X, kwargs, message):
     authors = kwargs.pop("authors", None)
-    args = {"n_topics": 2, "epsilon": 1.0, "delta": 1e-5, "seed": 0} | kwargs
+    args = {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "random_state": 0} | kwargs
     with pytest.raises(BadInputError, match=message):
         fdptm.DPTopicModel(**args).fit(X, authors=authors)

@@ -13,22 +13,34 @@ frequencies and document lengths are functions of the private documents and are 
 released, so tools that need them (pyLDAvis's ``prepare``, perplexity on the training
 documents, gensim's ``LdaModel`` state) cannot be fed faithfully; coherence against a
 *public* reference corpus (gensim's ``CoherenceModel(topics=..., texts=...)``) can.
+
+A ``Release`` also answers gensim's ``LdaModel`` questions with gensim's signatures
+(``show_topics``, ``show_topic``, ``get_topics``) and is saved and loaded in gensim's style
+(``release.save(path)``, ``Release.load(path)``). One difference is deliberate: a topic
+lists only its words above the row's noise floor, and a ``no_signal`` topic lists none
+(``fdptm.evaluation.topwords``), where gensim would rank noise ties as words.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import shutil
 import tempfile
-from dataclasses import dataclass, replace
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation import topwords
-from fdptm.storage.artifacts import file_sha256
 from fdptm.storage.objectstore import filesystem
 from fdptm.tasks.sources import is_url, shown
 
@@ -37,16 +49,37 @@ if TYPE_CHECKING:
     from gensim.corpora import Dictionary
 
 FILES = ("topic_word.parquet", "vocabulary.parquet", "manifest.json")
+NO_SIGNAL = "(no signal)"  # show_topics' formatted text for a topic with no signal
+
+logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Release:
-    """One release: the k x V matrix, its vocabulary and its manifest."""
+    """One release: the k x V matrix, its vocabulary and its manifest.
+
+    ``load_release`` also keeps the three files' bytes as it checked them (``_files``), so
+    ``save`` writes exactly what was published, whatever happened to the source since.
+    """
 
     path: Path | str  # a directory, or the URL it was loaded from
     topic_word: np.ndarray
     vocabulary: list[str]
     manifest: dict
+    _files: dict[str, bytes] = field(default_factory=dict, compare=False)
+
+    def __repr__(self) -> str:
+        """Run id, k x V and the guarantee in one line; never the matrix or the manifest."""
+        g = self.manifest.get("guarantee") or {}
+        k, v = self.topic_word.shape
+        budget = f"epsilon={_number(g.get('epsilon'))}, delta={_number(g.get('delta'))}"
+        if g.get("gamma"):
+            budget += f", gamma={_number(g['gamma'])}"
+        test = ", SEEDED TEST RUN: NOT DP" if g.get("seeded") else ""
+        return (
+            f"Release({self.manifest.get('run_id')!r}, {k} topics x {v} words, "
+            f"{g.get('notion')} {budget}, adjacency={g.get('adjacency')}{test})"
+        )
 
     @property
     def run_id(self) -> str:
@@ -70,6 +103,117 @@ class Release:
         """Per topic, whether it carries no signal (no word above the floor, or within
         total-variation distance ``topwords.NEAR_UNIFORM_TV`` of uniform)."""
         return topwords.no_signal(self.topic_word)
+
+    def show_topics(
+        self, num_topics: int = -1, num_words: int = 10, log: bool = False, formatted: bool = True
+    ) -> list[tuple[int, str]] | list[tuple[int, list[tuple[str, float]]]]:
+        """gensim's ``LdaModel.show_topics``: per topic, ``(topic_id, '0.123*"word" + ...')``
+        when ``formatted``, else ``(topic_id, [(word, probability), ...])``, most probable
+        first. ``num_topics`` < 0 (the default) or >= k: every topic; else the first
+        ``num_topics`` (gensim picks a subset by its alpha, which a release does not have).
+        ``log`` also logs each line at INFO, as gensim does.
+
+        Unlike gensim, only words above the row's noise floor are listed (up to
+        ``num_words``), and a ``no_signal`` topic is shown as ``"(no signal)"`` (formatted)
+        or ``[]``: its "top words" would be DP noise ties in column order, not a topic.
+        """
+        k = self.n_topics
+        chosen = range(k) if num_topics < 0 or num_topics >= k else range(num_topics)
+        listed = self.top_words(num_words)
+        flags = self.no_signal()
+        shown_topics: list = []
+        for i in chosen:
+            words = [] if flags[i] else listed[i]
+            text = " + ".join(f'{p:.3f}*"{w}"' for w, p in words) or NO_SIGNAL
+            shown_topics.append((i, text if formatted else words))
+            if log:
+                logger.info("topic #%i: %s", i, text)
+        return shown_topics
+
+    def show_topic(self, topicid: int, topn: int = 10) -> list[tuple[str, float]]:
+        """gensim's ``LdaModel.show_topic``: up to ``topn`` (word, probability) pairs of
+        topic ``topicid``, most probable first; only words above the row's noise floor, and
+        ``[]`` for a ``no_signal`` topic (see ``show_topics``)."""
+        if not isinstance(topicid, int | np.integer) or not 0 <= topicid < self.n_topics:
+            raise IndexError(f"topicid must be an int in 0..{self.n_topics - 1}, got {topicid!r}")
+        if self.no_signal()[topicid]:
+            return []
+        row = self.topic_word[topicid : topicid + 1]
+        return topwords.top_words(row, self.vocabulary, topn)[0]
+
+    def get_topics(self) -> np.ndarray:
+        """gensim's ``LdaModel.get_topics``: the k x V topic-word matrix (a copy), every
+        word's probability, floor included: it is the released DP output itself."""
+        return self.topic_word.copy()
+
+    def save(self, path: str | Path) -> None:
+        """Write this release as a new directory ``path`` holding its three files exactly
+        as published (byte for byte, so the manifest's sha256 still match and
+        ``load_release(path)`` accepts the copy), as gensim's ``save`` pairs with ``load``.
+
+        ``path`` must not exist or be an empty directory: files are written to a sibling
+        staging directory, loaded back and compared with this release, and only then
+        renamed to ``path``, so ``path`` never holds half a release. File times are set to
+        the release date, as in the workspace (never the time of the copy's run).
+        BadInputError for a URL, an occupied ``path``, or a ``Release`` whose matrix,
+        vocabulary or manifest differ from its published files (e.g. one built with
+        ``dataclasses.replace``): that would not be the published release.
+        """
+        if is_url(path):
+            raise BadInputError(
+                f"save writes a local directory, got {shown(str(path))}: save it locally, "
+                "then copy the directory to the store (fdptm store, or fsspec's put)"
+            )
+        target = Path(path)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise BadInputError(
+                f"{target} already exists and is not an empty directory: save writes a new "
+                "release directory; choose another path or remove it first"
+            )
+        files = self._files or self._read_files()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.parent / f".{target.name}.{uuid.uuid4().hex}.partial"
+        staging.mkdir()
+        try:
+            for name in FILES:
+                with open(staging / name, "wb") as fh:
+                    fh.write(files[name])
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            copy = load_release(staging)
+            if not (
+                np.array_equal(copy.topic_word, self.topic_word)
+                and copy.vocabulary == self.vocabulary
+                and copy.manifest == self.manifest
+            ):
+                raise BadInputError(
+                    "this Release's matrix, vocabulary or manifest differ from its published "
+                    "files (was it changed with dataclasses.replace?): save writes published "
+                    "releases only; save the one load_release returned"
+                )
+            _date_files(staging, self.manifest.get("release_date"))
+            if target.exists():
+                target.rmdir()  # empty (checked above); replacing a directory is not portable
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> Release:
+        """gensim's ``load`` classmethod: ``load_release(path)`` (a directory or an fsspec
+        URL; every file checked against the manifest's sha256)."""
+        return load_release(path)
+
+    def _read_files(self) -> dict[str, bytes]:
+        """The files at ``path``, for a Release built by hand rather than loaded (``save``
+        then checks them against this object)."""
+        if is_url(self.path) or not all((Path(self.path) / n).is_file() for n in FILES):
+            raise BadInputError(
+                f"this Release holds no published files and {self.path} is not a local "
+                "release directory: load it with load_release, then save that"
+            )
+        return {name: (Path(self.path) / name).read_bytes() for name in FILES}
 
     def to_gensim(self, n: int = 10) -> tuple[Dictionary, list[list[str]]]:
         """A gensim ``Dictionary`` whose ids are this release's columns, and per topic its
@@ -110,7 +254,10 @@ class Release:
 def load_release(path: str | Path) -> Release:
     """The release in directory ``path``, or at an fsspec URL (``s3://bucket/prefix/
     releases/<run_id>``: its copy in a workspace's artifact store); BadInputError when a file
-    is missing, does not match the manifest's sha256, or the matrix and vocabulary disagree."""
+    is missing, does not match the manifest's sha256, or the matrix and vocabulary disagree.
+
+    Each file is read once: the bytes that are hashed are the bytes that are parsed (and
+    that ``Release.save`` writes)."""
     if is_url(path):
         return _load_url(str(path))
     root = Path(path)
@@ -121,20 +268,24 @@ def load_release(path: str | Path) -> Release:
             f"{', '.join(FILES)}; releases live in <workspace>/releases/<run_id>/)"
         )
     try:
-        manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+        files = {name: (root / name).read_bytes() for name in FILES}
+    except OSError as exc:
+        raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
+    try:
+        manifest = json.loads(files["manifest.json"].decode("utf-8"))
         hashes = {name: entry["sha256"] for name, entry in manifest["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadInputError(f"{root / 'manifest.json'} is not a release manifest: {exc}") from None
     for name in FILES[:2]:
-        if hashes.get(name) != file_sha256(root / name):
+        if hashes.get(name) != hashlib.sha256(files[name]).hexdigest():
             raise BadInputError(
                 f"{root / name} does not match the sha256 its manifest records: the file was "
                 "changed or replaced after the release; restore it from the published copy"
             )
     try:
-        table = pq.read_table(root / "topic_word.parquet")
+        table = pq.read_table(pa.BufferReader(files["topic_word.parquet"]))
         phi = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
-        vocab = pq.read_table(root / "vocabulary.parquet")
+        vocab = pq.read_table(pa.BufferReader(files["vocabulary.parquet"]))
         index = vocab.column("index").to_numpy()
     except (ValueError, KeyError, OSError) as exc:
         raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
@@ -148,7 +299,25 @@ def load_release(path: str | Path) -> Release:
             f"{root}: the topic-word matrix has shape {phi.shape} but the vocabulary has "
             f"{len(words)} words"
         )
-    return Release(root, phi, words, manifest)
+    return Release(root, phi, words, manifest, files)
+
+
+def _number(value: object) -> str:
+    """A budget figure for ``Release.__repr__``: 6 significant digits, or as it is."""
+    return f"{value:.6g}" if isinstance(value, int | float) else str(value)
+
+
+def _date_files(folder: Path, release_date: str | None) -> None:
+    """Set the times of ``folder`` and its files to the release date, as a published
+    release has them (file times must say the date, not when anything ran)."""
+    if not release_date:
+        return
+    try:
+        day = datetime.fromisoformat(release_date).replace(tzinfo=UTC).timestamp()
+    except (TypeError, ValueError):
+        return
+    for item in [*folder.iterdir(), folder]:
+        os.utime(item, (day, day))
 
 
 def _load_url(url: str) -> Release:
