@@ -57,6 +57,7 @@ def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, cap
     assert main(["backfill", *_request("1"), *RANGE, *root]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 8 and all(" released " in line for line in lines)
+    assert all("-DP" in line and "document-level adjacency" in line for line in lines)
     weeks = _released(timed_ws, 1.0)
     assert weeks == [
         "2024-01-01",
@@ -71,6 +72,7 @@ def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, cap
     assert main(["backfill", *_request("1"), *RANGE, *root]) == 0
     again = capsys.readouterr().out.splitlines()
     assert len(again) == 8 and all(": skipped " in line for line in again)
+    assert all("-DP, document-level adjacency (released before)" in line for line in again)
     assert _released(timed_ws, 1.0) == weeks
     assert main(["budget", "--dataset", "pheme", "--json", *root]) == 0
     totals = json.loads(capsys.readouterr().out)["totals"]

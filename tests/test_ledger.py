@@ -120,14 +120,23 @@ def test_two_processes_at_once_never_overspend(workspace):
     assert ledger.lifetime("d", D).epsilon == pytest.approx(2.0)
 
 
-def test_a_damaged_secret_key_is_refused(workspace):
-    from fdptm.errors import FdptmError
+@pytest.mark.parametrize("damage", ["empty", "short", "directory", "not hex"])
+def test_a_damaged_secret_key_is_refused_as_bad_input(workspace, damage):
+    """Exit 2 before anything is read (``Workspace.check_key``), whatever the damage."""
+    from fdptm.errors import BadInputError
 
     workspace.create()
     first = workspace.commitment("ab" * 32)
     assert first == workspace.commitment("ab" * 32) and len(first) == 64
-    (workspace.root / "secret.key").write_text("")
-    with pytest.raises(FdptmError, match="not a 32-byte hex key"):
+    key = workspace.root / "secret.key"
+    if damage == "directory":
+        key.unlink()
+        key.mkdir()
+    else:
+        key.write_text({"empty": "", "short": "abcd", "not hex": "zz" * 32}[damage])
+    with pytest.raises(BadInputError, match="not a readable file holding a 32-byte key"):
+        workspace.check_key()
+    with pytest.raises(BadInputError, match="not a readable file holding a 32-byte key"):
         workspace.commitment("ab" * 32)
 
 

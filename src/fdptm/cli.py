@@ -659,8 +659,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             code = code or 2
         elif r["status"] == "skipped":
             print(
-                f"{r['partition']}: already released ({r['run_id']}, "
-                f"{_released_guarantee(request, r['run_id'])}): skipped"
+                f"{r['partition']}: skipped {r['run_id']}, "
+                f"{_released_guarantee(request, r['run_id'])} (released before)"
             )
         else:
             print(f"{r['partition']}: {r['status']} {r['run_id']}, {r['guarantee']}")

@@ -1,0 +1,165 @@
+"""Time to a release's first line and to a refusal, each a fresh ``fdptm`` process.
+
+    python benchmarks/first_output.py            # writes benchmarks/first_output.{json,md}
+
+Issue 27's targets: a release's first line (what it will do: dataset, unit, budget, stages)
+within 1 s of start, and every refusal that needs no data within 1 s, before Prefect is
+imported (tests/test_cli_first_contact.py checks the "before Prefect" part).
+
+Setup: the first 100 PHEME tweets ingested into a temporary workspace (document level),
+plus a copy of it with a damaged ``secret.key`` and a copy whose lifetime cap is spent. Arms,
+interleaved (the order rotates every round, so the shared machine's load falls on all of them
+alike), each the wall time from ``Popen`` to the first line on stdout (the release) or to the
+process's exit (the refusals):
+
+* ``first line``: ``fdptm release --dataset small --epsilon 3 --delta 1e-6 --topics 5``, killed
+  once its first line is read (before anything is reserved);
+* ``bad value``: ``--epsilon -1``; ``unknown dataset``; ``bad key`` (a short ``secret.key``);
+  ``too many topics`` (``--topics 5000``); ``cap`` (the cap has nothing left: refused by the
+  ledger after the budget is calibrated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from backfill import code_version  # noqa: E402
+from run import machine  # noqa: E402
+
+PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_raw.json"
+RELEASE = ["release", "--dataset", "small", "--epsilon", "3", "--delta", "1e-6", "--topics", "5"]
+ARMS = {
+    "first line": ([], "ws"),
+    "bad value": (["--epsilon", "-1"], "ws"),
+    "unknown dataset": (["--dataset", "nope"], "ws"),
+    "bad key": ([], "ws-bad-key"),
+    "too many topics": (["--topics", "5000"], "ws"),
+    "cap": ([], "ws-capped"),
+}
+
+
+def _fdptm(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fdptm.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
+
+
+def _time(argv: list[str], env: dict, first_line: bool) -> float:
+    """Seconds to the first stdout line (then the process is killed), or to the exit."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdptm.cli", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
+    if first_line:
+        line = proc.stdout.readline()
+        wall = time.perf_counter() - start
+        proc.kill()
+        proc.communicate()
+        if not line.startswith("release of dataset"):
+            raise RuntimeError(f"unexpected first line: {line!r}")
+        return wall
+    _, err = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode not in (2, 3) or "fdptm: error:" not in err:
+        raise RuntimeError(f"expected a refusal, got exit {proc.returncode}: {err[-1000:]}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--out", default=str(HERE / "first_output"))
+    args = parser.parse_args()
+    results: dict[str, list[float]] = {name: [] for name in ARMS}
+    with tempfile.TemporaryDirectory(prefix="fdptm-first-") as tmp:
+        tmp = Path(tmp)
+        texts = json.loads(PHEME.read_text())["text"][:100]
+        corpus = tmp / "small.jsonl"
+        corpus.write_text(
+            "".join(json.dumps({"doc_id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+        )
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
+        base["PREFECT_HOME"] = str(tmp / "home")
+        envs = {}
+        for name in ("ws", "ws-bad-key", "ws-capped"):
+            envs[name] = {**base, "FDPTM_WORKSPACE": str(tmp / name)}
+        done = _fdptm("ingest", str(corpus), "--dataset", "small", env=envs["ws"])
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        shutil.copytree(tmp / "ws", tmp / "ws-bad-key")
+        (tmp / "ws-bad-key" / "secret.key").write_text("abcd")
+        shutil.copytree(tmp / "ws", tmp / "ws-capped")
+        capped = _fdptm("budget", "--dataset", "small", "--cap", "1", "1e-7", env=envs["ws-capped"])
+        if capped.returncode != 0:
+            raise RuntimeError(capped.stderr)
+        arms = list(ARMS)
+        for r in range(args.rounds):
+            for name in arms[r % len(arms) :] + arms[: r % len(arms)]:
+                extra, ws = ARMS[name]
+                argv = [*RELEASE, *extra]
+                results[name].append(_time(argv, envs[ws], name == "first line"))
+            print(
+                f"[{time.strftime('%H:%M:%S')}] round {r + 1}: "
+                + ", ".join(f"{n} {results[n][-1]:.2f} s" for n in arms),
+                flush=True,
+            )
+    report = {
+        "command": " ".join(["python benchmarks/first_output.py", *sys.argv[1:]]),
+        "code": code_version(),
+        "machine": machine(),
+        "rounds": args.rounds,
+        "walls": results,
+        "load_after": os.getloadavg()[0],
+    }
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(render(report))
+    print(render(report))
+
+
+def render(r: dict) -> str:
+    m = r["machine"]
+    lines = [
+        "# Time to a release's first line and to a refusal",
+        "",
+        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
+        f"Python {m['python']} · code {r['code']} · load average after the run "
+        f"{r['load_after']:.2f}",
+        "",
+        f"Each a fresh `fdptm` process, {r['rounds']} interleaved rounds (module docstring). "
+        "Target (issue 27): 1 s for the first line and for every refusal that needs no data.",
+        "",
+        "| arm | median (s) | min (s) | max (s) | median / 1 s target |",
+        "|---|---|---|---|---|",
+    ]
+    for name, values in r["walls"].items():
+        median = statistics.median(values)
+        lines.append(
+            f"| {name} | {median:.2f} | {min(values):.2f} | {max(values):.2f} | {median:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
