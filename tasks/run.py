@@ -78,7 +78,7 @@ def validate(spec: RunSpec) -> None:
     if m2.notion == CLAIMED_UNPROVEN and not spec.allow_unproven:
         raise BadInputError(
             f"{spec.mechanism!r} claims DP in its paper, but the claim does not hold for its "
-            "output (README, 'M2 mechanisms'). "
+            "output (`fdptm mechanisms`; docs/reference/mechanisms.md). "
             "Compare it internally with `fdptm compare`, or pass --allow-unproven to release "
             "it with a manifest that says the guarantee is unproven."
         )

@@ -161,7 +161,7 @@ class Dataset:
         **fields: Any,
     ) -> Release:
         """``fdptm release``: a request, or its fields (``epsilon``, ``delta``, ``topics``,
-        ...; README "Command line"), for this dataset in this workspace, with ``dp-vi``'s
+        ...; docs/reference/cli.md), for this dataset in this workspace, with ``dp-vi``'s
         statistics on the Dask cluster at ``dask_address`` if given. Returns the published
         ``Release``."""
         from fdptm.flows import running

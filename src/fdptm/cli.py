@@ -789,7 +789,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "The demo uses HDP-LDA: the Lee corpus has only 300 documents, too few for an "
         "author-level mechanism to learn topics at a useful epsilon. HDP-LDA is only "
         "word-level DP and needs a large per-iteration epsilon. Releases of real datasets "
-        f"default to {DEFAULT_MECHANISM} (author level): read the README's privacy model "
+        f"default to {DEFAULT_MECHANISM} (author level): read the manual's privacy model "
         "before publishing anything."
     )
     return 0

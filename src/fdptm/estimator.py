@@ -314,7 +314,8 @@ class DPTopicModel(*_BASES):  # type: ignore[misc]
         if m.notion == CLAIMED_UNPROVEN and not self.allow_unproven:
             raise BadInputError(
                 f"{self.mechanism!r} claims DP in its paper, but the claim does not hold "
-                "(README, 'M2 mechanisms'); pass allow_unproven=True to train it anyway"
+                "(`fdptm mechanisms`; docs/reference/mechanisms.md); pass allow_unproven=True "
+                "to train it anyway"
             )
         k = N_TOPICS.check("n_components", self._n_components())
         seed = self._seed()

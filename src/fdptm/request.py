@@ -65,7 +65,7 @@ class _Request(BaseModel):
 
 
 class ReleaseRequest(_Request):
-    """What a user asks for in one release (README, "Command line")."""
+    """What a user asks for in one release (docs/reference/cli.md: ``fdptm release``)."""
 
     dataset: str = Field(description="name of the ingested dataset to release")
     epsilon: float = Field(
@@ -73,7 +73,9 @@ class ReleaseRequest(_Request):
     )
     delta: float = Field(gt=0, lt=1, description="total delta, in (0, 1); e.g. 1e-5")
     topics: int = Field(ge=1, le=MAX_TOPICS, description="number of topics k")
-    mechanism: str = Field(DEFAULT_MECHANISM, description="M2 mechanism (README: 'M2 mechanisms')")
+    mechanism: str = Field(
+        DEFAULT_MECHANISM, description="M2 mechanism (`fdptm mechanisms` lists them)"
+    )
     m2_options: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
         description="options of the M2 mechanism, KEY=VALUE; unknown options are refused",

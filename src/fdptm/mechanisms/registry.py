@@ -18,7 +18,7 @@ not fill in itself; unknown options are refused.
 Adding a mechanism: write its module (the declared constraints, ``params``, ``train``, their
 docstrings stating the adjacency and the guarantee with the paper's section), a loader below,
 and one
-``Mechanism(...)`` line in ``MECHANISMS`` (README, "Adding a mechanism").
+``Mechanism(...)`` line in ``MECHANISMS`` (the manual: docs/how-to/add-a-mechanism.md).
 """
 
 from __future__ import annotations
