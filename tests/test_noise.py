@@ -381,3 +381,26 @@ def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_INTEGER_GAUSSIAN, OPENDP_GAUSSIAN}
     assert noise.draws[OPENDP_INTEGER_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
     assert noise.draws[OPENDP_GAUSSIAN] == trials  # scores
+
+
+def test_the_opendp_samplers_import_none_of_opendps_extras():
+    """``opendp.prelude`` imports OpenDP's extras (scikit-learn, polars, ...) when they are
+    installed; during a release that import deadlocked against the background import of
+    Great Expectations (both import narwhals: a dp-vi release with scikit-learn installed
+    failed in M2). The samplers build their measurements from OpenDP's core modules."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fdptm.privacy import noise, quantile\n"
+        "for s in (noise.OPENDP_GAUSSIAN, noise.OPENDP_INTEGER_GAUSSIAN, noise.OPENDP_LAPLACE):\n"
+        "    noise.opendp_measurement(s, 2.0, 3)\n"
+        "import numpy as np\n"
+        "quantile.opendp_quantile_measurement(np.array([0.0, 1.0]), 0.5, 1.0)\n"
+        "extras = ('opendp.extras', 'sklearn', 'polars')\n"
+        "extras = [m for m in sys.modules if m.startswith(extras)]\n"
+        "assert not extras, extras\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

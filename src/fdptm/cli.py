@@ -599,16 +599,24 @@ def _print_plan(calibration) -> None:
 
 
 def _show_stages(show: bool) -> None:
-    """Print each finished stage and its elapsed time (``fdptm.flows.release.PROGRESS``)."""
+    """Print each finished stage and its elapsed time (``fdptm.flows.release.PROGRESS``) on
+    the stderr of the moment (a caller may have replaced it since the last command)."""
     import logging
+
+    class _Stderr(logging.StreamHandler):
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream = sys.stderr
+            super().emit(record)
 
     logger = logging.getLogger("fdptm.progress")
     logger.propagate = False
     logger.setLevel(logging.INFO if show else logging.WARNING)
-    if show and not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not logger.handlers:
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("  %(message)s"))
         logger.addHandler(handler)
+    if show:
+        print("  starting the release flow (Prefect) ...", file=sys.stderr, flush=True)
 
 
 def _flow(name: str, *args) -> dict:
@@ -783,6 +791,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     request = ReleaseRequest.build(
         dataset="lee", workspace=str(workspace.root), seed=args.seed, **DEMO
     )
+    _show_stages(True)
     outcome = _flow("release", request, True)
     _print_release(outcome)
     print(

@@ -155,24 +155,30 @@ def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
     mechanism noises vectors of one size at one scale every iteration); a measurement is
     immutable, so threads share it.
     """
-    import opendp.prelude as dp
+    # the core modules, not opendp.prelude: the prelude imports OpenDP's extras (scikit-learn,
+    # polars, ...) when installed, which deadlocked against the release's background import
+    # of Great Expectations (both import narwhals); the samplers need none of them
+    import opendp.domains as dp
+    import opendp.measurements as m
+    from opendp.metrics import l1_distance, l2_distance
+    from opendp.mod import enable_features
 
-    dp.enable_features("contrib")
+    enable_features("contrib")
     if sampler == OPENDP_INTEGER_GAUSSIAN:
         integers = dp.vector_domain(dp.atom_domain(T="i64"))
-        return dp.m.make_gaussian(integers, dp.l2_distance(T="i64"), scale=scale)
+        return m.make_gaussian(integers, l2_distance(T="i64"), scale=scale)
     unsized = dp.vector_domain(dp.atom_domain(T=float, nan=False))
     if sampler == OPENDP_GAUSSIAN:
-        return dp.m.make_gaussian(unsized, dp.l2_distance(T=float), scale=scale)
+        return m.make_gaussian(unsized, l2_distance(T=float), scale=scale)
     if sampler == OPENDP_LAPLACE:
-        return dp.m.make_laplace(unsized, dp.l1_distance(T=float), scale=scale)
+        return m.make_laplace(unsized, l1_distance(T=float), scale=scale)
     sized = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
     if sampler == OPENDP_GRID_LAPLACE:
-        return dp.m.make_laplace(sized, dp.l1_distance(T=float), scale=scale, k=GRID_EXPONENT)
+        return m.make_laplace(sized, l1_distance(T=float), scale=scale, k=GRID_EXPONENT)
     if sampler == OPENDP_ROUNDED_LAPLACE:
-        return dp.m.make_laplace(sized, dp.l1_distance(T=float), scale=scale, k=ROUNDING_EXPONENT)
+        return m.make_laplace(sized, l1_distance(T=float), scale=scale, k=ROUNDING_EXPONENT)
     if sampler == OPENDP_ROUNDED_GAUSSIAN:
-        return dp.m.make_gaussian(sized, dp.l2_distance(T=float), scale=scale, k=ROUNDING_EXPONENT)
+        return m.make_gaussian(sized, l2_distance(T=float), scale=scale, k=ROUNDING_EXPONENT)
     raise ValueError(f"unknown OpenDP sampler {sampler!r}; one of {SAFE_SAMPLERS}")
 
 

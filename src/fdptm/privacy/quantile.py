@@ -82,14 +82,18 @@ def exponential_mechanism(
 
 def opendp_quantile_measurement(candidates: np.ndarray, alpha: float, scale: float) -> Measurement:
     """OpenDP's ``make_private_quantile`` (zCDP output measure) for these public inputs."""
-    import opendp.prelude as dp
+    import opendp.domains as dp
+    import opendp.measurements as m
+    from opendp.measures import zero_concentrated_divergence
+    from opendp.metrics import symmetric_distance
+    from opendp.mod import enable_features
 
-    dp.enable_features("contrib")
+    enable_features("contrib")  # core modules, not opendp.prelude (noise.opendp_measurement)
     domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
-    return dp.m.make_private_quantile(
+    return m.make_private_quantile(
         domain,
-        dp.symmetric_distance(),
-        dp.zero_concentrated_divergence(),
+        symmetric_distance(),
+        zero_concentrated_divergence(),
         [float(c) for c in candidates],
         alpha,
         scale,
