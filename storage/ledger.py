@@ -809,7 +809,13 @@ def budget_report(ledger: Ledger, dataset: str) -> dict:
         try:
             life = ledger.lifetime(dataset, cap.unit)
         except ValueError as exc:  # a cap set before set_cap refused uncountable spends
-            report["lifetime"] = {"statement": f"not defined at the cap's level ({exc})"}
+            report["lifetime"] = {
+                "epsilon": None,
+                "delta": None,
+                "notion": None,
+                "gamma": None,
+                "statement": f"not defined at the cap's level ({exc})",
+            }
             report["remaining"] = {"epsilon": 0.0, "delta": 0.0}
             return report
         eps_left, delta_left = remaining(cap, life)

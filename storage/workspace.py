@@ -253,7 +253,10 @@ class Workspace:
         with neither is fine: it is created when first needed."""
         key_path = self.root / "secret.key"
         if key_path.exists() or key_path.is_symlink():
-            self._read_key(key_path)
+            try:
+                self._read_key(key_path)
+            except BadInputError as exc:
+                raise BadInputError(f"{exc}. Nothing was read, reserved or spent") from None
         elif self.has_releases() or self._buckets_spent():
             raise BadInputError(
                 f"{key_path} is missing, but this workspace has published releases whose "
@@ -287,7 +290,7 @@ class Workspace:
                 f"{key_path} is not a readable file holding a 32-byte key in hex; restore it "
                 "from a backup (commitments in earlier manifests and author buckets depend on "
                 "it) or, if nothing was published and no bucketed dataset spent yet, delete "
-                "it. Nothing was read, reserved or spent"
+                "it"
             )
         return key
 

@@ -74,6 +74,7 @@ def plan_backfill(
     catalog = Catalog(workspace)
     if catalog.dataset(request.dataset) is None:
         raise BadInputError(f"no dataset named {request.dataset!r}; ingest it first")
+    workspace.check_key()  # before any partition reads or reserves
     today = today or dt.datetime.now(dt.UTC).date()
     if by == "batch":
         scopes = _batches(catalog, request.dataset, first, last)

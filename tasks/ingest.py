@@ -468,7 +468,8 @@ def _declare_unit(
             f"dataset's unit never changes. Ingest into a new dataset for unit {requested!r}"
         )
     if existing is None and requested is None and not has_authors:
-        candidates = [c for c in rows.ignored if _AUTHOR_LIKE.search(c.lower())]
+        found = [*rows.ignored, *rows.not_columns]
+        candidates = [c for c in found if _AUTHOR_LIKE.search(c.lower())]
         if candidates:
             raise BadInputError(
                 f"{name} has no column 'author_id', but {readers.names(candidates)} may name "

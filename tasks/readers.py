@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,11 @@ import pyarrow.parquet as pq
 from fdptm.errors import BadInputError
 
 FIELDS = ("doc_id", "text", "author_id", "ts")
-AUTHOR_NAMES = ("author", "user", "user_id", "sender", "from")
-"""Column names (any case) read as the author column when none is mapped (issue 27)."""
+AUTHOR_NAMES = ("author", "user", "user_id", "sender")
+"""Column names (any case) read as the author column when none is mapped (issue 27). A
+column ``from`` (often a date or an address field) is not read by its name alone: a new
+dataset with one is refused until ``--author-column from`` or ``--unit document``
+(``tasks.ingest._declare_unit``), so no dataset is labelled author-level on a guess."""
 OPTIONS = {
     "text": "--text-column",
     "doc_id": "--id-column",
@@ -382,16 +386,13 @@ def _csv_error(path: Path, exc: pa.ArrowException, bad: list) -> BadInputError:
     )
 
 
-_MAX_INT_DIGITS = 4300
-"""Python's limit on converting a decimal string to an int (sys.get_int_max_str_digits)."""
-
-
 def _json_int(digits: str) -> int:
-    """A JSON integer, refused with a clear message past Python's conversion limit (a
-    ValueError deep in the JSON decoder otherwise)."""
-    if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
-        raise _TooLong(len(digits.lstrip("-")))
-    return int(digits)
+    """A JSON integer, refused with a clear message past Python's conversion limit
+    (``sys.get_int_max_str_digits``; a ValueError deep in the JSON decoder otherwise)."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise _TooLong(len(digits.lstrip("-"))) from None
 
 
 class _TooLong(ValueError):
@@ -408,8 +409,8 @@ def _loads(text: str, path: Path, where: str):
     except _TooLong as exc:
         raise BadInputError(
             f"{path}{where} holds a JSON integer of {exc.digits} digits, more than the "
-            f"{_MAX_INT_DIGITS} that can be read; write such ids as strings (quoted) and "
-            "ingest again. Nothing was stored"
+            f"{sys.get_int_max_str_digits()} this Python reads; write such ids as strings "
+            "(quoted) and ingest again. Nothing was stored"
         ) from None
     except RecursionError as exc:
         raise BadInputError(

@@ -481,6 +481,7 @@ def prepare_resume(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibrat
     Stored outputs are reused by the stages; a lost stage's earlier entry stays spent and
     a new one is reserved (refused with exit code 3 if the cap cannot cover it).
     """
+    workspace.check_key()
     recovery.recover(workspace)
     owner = recovery.claim(workspace, run_id)
     try:

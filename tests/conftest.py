@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +21,9 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # Prefect's temporary API servers (the harness's, and the CLI's in subprocess tests) wait 20 s
 # to start by default; a busy CI machine can need more.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# One Prefect home per test process: the suite runs in parallel workers (pytest-xdist), and
+# the temporary API servers of CLI subprocesses must not share (and migrate) one database.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="fdptm-tests-prefect-"))
 
 # Import prefect.main (which sets up Prefect's console log handler) now, while sys.stderr is
 # pytest's session-wide capture stream: set up first inside a test that uses capsys, the handler

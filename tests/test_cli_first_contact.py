@@ -154,18 +154,25 @@ def test_every_stage_prints_its_elapsed_time(released):
     ]
 
 
-def test_releases_lists_what_was_published(released, capsys):
+def test_releases_lists_what_was_published_as_its_manifest_states_it(released, capsys):
     workspace, _ = released
     assert main(["releases", "--workspace", str(workspace.root)]) == 0
     out = capsys.readouterr().out
-    (run_id,) = [r["run_id"] for r in Catalog(workspace).query("SELECT run_id FROM releases")]
-    row = next(line for line in out.splitlines() if line.startswith(run_id))
-    assert "(1000, 1e-05)-DP" in row and "word" in row and "2 (" in row
+    (row,) = Catalog(workspace).query("SELECT run_id, path FROM releases")
+    manifest = json.loads((workspace.root / row["path"] / "manifest.json").read_text())
+    lines = out.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith(row["run_id"])))
+    assert f"{manifest['release_date']}  word-level  2 topics" in lines[head]
+    assert lines[head].count(":") == 0  # a date, no time of day
+    # the manifest's own statement: this seeded test run is said to be NOT DP
+    assert lines[head + 1].strip() == manifest["guarantee"]["statement"]
+    assert "NOT differentially private" in lines[head + 1]
     assert (
         main(["releases", "--dataset", "small", "--json", "--workspace", str(workspace.root)]) == 0
     )
     (listed,) = json.loads(capsys.readouterr().out)
-    assert (listed["run_id"], listed["topics"], listed["adjacency"]) == (run_id, 2, "word")
+    assert (listed["run_id"], listed["topics"], listed["adjacency"]) == (row["run_id"], 2, "word")
+    assert listed["guarantee"] == manifest["guarantee"]["statement"]
     assert main(["releases", "--dataset", "other", "--workspace", str(workspace.root)]) == 0
     assert "no published release of dataset 'other'" in capsys.readouterr().out
 

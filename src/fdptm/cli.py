@@ -676,17 +676,16 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def _released_guarantee(request: ReleaseRequest, run_id: str) -> str:
-    """A published release's guarantee as the catalog records it."""
+    """A published release's guarantee as its manifest states it."""
     from fdptm.storage.catalog import Catalog
     from fdptm.storage.workspace import Workspace
 
-    rows = Catalog(Workspace.resolve(request.workspace)).query(
-        "SELECT epsilon, delta, adjacency FROM releases WHERE run_id = ?", [run_id]
-    )
-    if not rows:
+    workspace = Workspace.resolve(request.workspace)
+    rows = Catalog(workspace).query("SELECT path FROM releases WHERE run_id = ?", [run_id])
+    guarantee = (_manifest(workspace.root / rows[0]["path"]) if rows else {}).get("guarantee")
+    if not guarantee:
         return "guarantee not recorded"
-    r = rows[0]
-    return f"({r['epsilon']:.6g}, {r['delta']:.3g})-DP, {r['adjacency']}-level adjacency"
+    return f"{guarantee['statement']}, {guarantee['adjacency']}-level adjacency"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -929,6 +928,9 @@ UNIT_MEANING = {
 
 
 def cmd_releases(args: argparse.Namespace) -> int:
+    """The published releases, each as its manifest states it: the guarantee's own statement
+    (a seeded test run, random DP or an unproven claim says so) and the release date (no
+    time of day: a finish time depends on the data's size)."""
     from fdptm.storage.catalog import Catalog
     from fdptm.storage.workspace import Workspace, check_name
 
@@ -938,22 +940,24 @@ def cmd_releases(args: argparse.Namespace) -> int:
         check_name(args.dataset)
         where, params = " WHERE dataset = ?", [args.dataset]
     rows = Catalog(workspace).query(
-        "SELECT run_id, dataset, path, epsilon, delta, adjacency, released_at FROM releases"
-        f"{where} ORDER BY released_at",
-        params,
+        f"SELECT run_id, dataset, path FROM releases{where} ORDER BY released_at", params
     )
     listed = []
     for r in rows:
-        topics = _manifest_topics(workspace.root / r["path"])
+        manifest = _manifest(workspace.root / r["path"])
+        guarantee = manifest.get("guarantee") or {}
+        topics = manifest.get("topics")
         listed.append(
             {
                 "run_id": r["run_id"],
                 "dataset": r["dataset"],
-                "released_at": r["released_at"].isoformat(),
-                "guarantee": f"({r['epsilon']:.6g}, {r['delta']:.3g})-DP",
-                "adjacency": r["adjacency"],
-                "topics": topics and len(topics),
-                "topics_with_signal": topics and sum(not t["no_signal"] for t in topics),
+                "release_date": manifest.get("release_date"),
+                "guarantee": guarantee.get("statement"),
+                "adjacency": guarantee.get("adjacency"),
+                "topics": None if topics is None else len(topics),
+                "topics_with_signal": None
+                if topics is None
+                else sum(not t.get("no_signal") for t in topics),
                 "path": str(workspace.root / r["path"]),
             }
         )
@@ -964,27 +968,25 @@ def cmd_releases(args: argparse.Namespace) -> int:
         scope = f" of dataset {args.dataset!r}" if args.dataset else ""
         print(f"no published release{scope} in {workspace.root}")
         return 0
-    print(f"{'run id':<38} {'released (UTC)':<20} {'guarantee':<22} {'adjacency':<16} topics")
     for r in listed:
-        shown = (
-            "manifest missing"
-            if r["topics"] is None
-            else f"{r['topics']} ({r['topics_with_signal']} with signal)"
-        )
+        if r["guarantee"] is None:
+            print(f"{r['run_id']}: manifest missing or unreadable ({r['path']})")
+            continue
         print(
-            f"{r['run_id']:<38} {r['released_at'][:19].replace('T', ' '):<20} "
-            f"{r['guarantee']:<22} {r['adjacency']:<16} {shown}"
+            f"{r['run_id']}  {r['release_date']}  {r['adjacency']}-level  {r['topics']} topics "
+            f"({r['topics_with_signal']} with signal)\n  {r['guarantee']}"
         )
     print("`fdptm report --run RUN_ID` writes a release's HTML report")
     return 0
 
 
-def _manifest_topics(release: Path) -> list[dict] | None:
-    """The ``topics`` entry of a release's manifest, or None when it cannot be read."""
+def _manifest(release: Path) -> dict:
+    """A release's manifest, or {} when it cannot be read."""
     try:
-        return json.loads((release / "manifest.json").read_text())["topics"]
-    except (OSError, ValueError, KeyError):
-        return None
+        manifest = json.loads((release / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
@@ -1022,7 +1024,7 @@ def cmd_budget(args: argparse.Namespace) -> int:
             f"({cap['unit']} level)"
         )
         print(f"lifetime guarantee: {report['lifetime']['statement']}")
-        if "epsilon" not in report["lifetime"]:
+        if report["lifetime"]["epsilon"] is None:
             print(
                 "remaining: nothing (the cap cannot count what was spent: set it again at the "
                 "weakest level spent, with --cap EPSILON DELTA --unit UNIT)"

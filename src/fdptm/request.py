@@ -42,6 +42,11 @@ MAX_TOPICS = 1000
 """The most topics a release may ask for: a public bound checked before anything is spent
 (a k x V release of more topics than this is noise at any budget the mechanisms support,
 and k = 10^9 would otherwise pass the checks, spend M1 and fail on the vocabulary)."""
+MIN_EPSILON = 1e-6
+"""The least epsilon a release may ask for. Below it every mechanism's noise swamps any
+signal by orders of magnitude, and some calibrations computed at training time (topicdp's
+MVG and paper calibrations) underflow to a zero or infinite scale only after the data was
+read (ZeroDivisionError at epsilon 1e-200): refused up front, nothing spent."""
 SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")
 """The fields that choose a release's partitions (a backfill chooses them itself)."""
 
@@ -69,7 +74,9 @@ class ReleaseRequest(_Request):
 
     dataset: str = Field(description="name of the ingested dataset to release")
     epsilon: float = Field(
-        gt=0, description="total epsilon of the release, at its (weakest) adjacency"
+        ge=MIN_EPSILON,
+        allow_inf_nan=False,
+        description="total epsilon of the release, at its (weakest) adjacency",
     )
     delta: float = Field(gt=0, lt=1, description="total delta, in (0, 1); e.g. 1e-5")
     topics: int = Field(ge=1, le=MAX_TOPICS, description="number of topics k")
