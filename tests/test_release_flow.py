@@ -140,7 +140,7 @@ def test_cli_exit_codes_and_refusal(released, capsys):
     before = catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"]
     args = ["release", "--dataset", "pheme", "--delta", "1e-5", "--topics", "5", *ws]
     assert main([*args, "--epsilon", "0"]) == 2
-    assert "--epsilon: Input should be greater than 0" in capsys.readouterr().err
+    assert "--epsilon: Input should be greater than or equal to 0.000001" in capsys.readouterr().err
     assert main([*args, "--epsilon", "nan"]) == 2
     assert (
         main(
