@@ -51,7 +51,7 @@ def test_errors_are_the_clis_typed_exceptions_and_spend_nothing(tmp_path, pheme_
     pheme.set_cap(1.0, 1e-5)
     with pytest.raises(BudgetRefusedError):
         pheme.release(epsilon=2, delta=1e-6, topics=3)
-    with pytest.raises(BadInputError, match="Input should be greater than or equal to 0.000001"):
+    with pytest.raises(BadInputError, match=r"Input should be greater than or equal to 0\.000001"):
         pheme.release(epsilon=0, delta=1e-6, topics=3)
     with pytest.raises(BadInputError, match="is for dataset 'other'"):
         pheme.release(
