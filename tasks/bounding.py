@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fdptm.errors import BadInputError
-from fdptm.kernels import siphash
 from fdptm.parallel import cap_numba, stream_map
 
 
@@ -47,6 +46,8 @@ def _keys(seed: int, authors: pa.ChunkedArray, docs: pa.ChunkedArray) -> np.ndar
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
     key = seed.to_bytes(16, "little", signed=False)
     k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    from fdptm.kernels import siphash  # numba, imported when it runs (CLI refusals skip it)
+
     cap_numba()
     return siphash.hash_strings(k0, k1, data, offsets)
 

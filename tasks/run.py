@@ -1,8 +1,8 @@
 """A release run's lifecycle: preflight, plan, calibrate and reserve; record stages; settle.
 
-``preflight`` runs every check that needs no private data, calibrates the noise and checks
-the plan against the lifetime cap, *before* Prefect starts (a bad request is refused in
-about a second, and nothing is reserved). ``prepare`` repeats the checks inside the flow,
+``preflight`` runs every check that needs no private data, checks the budget plan against
+the lifetime cap and calibrates the noise, *before* Prefect starts (a bad request is refused
+in about a second, and nothing is reserved). ``prepare`` repeats the checks inside the flow,
 takes ownership of the run (``storage.recovery``), stores the calibration with the run and
 reserves the whole budget in one ledger transaction (refused with exit code 3 if the cap
 would be exceeded). ``begin_private_reads`` turns the reservation into a spend right before
@@ -36,7 +36,7 @@ import pyarrow as pa
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
-from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, Guarantee
+from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, RANDOM_DP, Guarantee
 from fdptm.mechanisms.registry import mechanism
 from fdptm.mechanisms.set_union import POLICIES
 from fdptm.parallel import workers
@@ -136,18 +136,24 @@ class Calibration:
         return {"train": self.guarantee.to_dict()}
 
 
-@lru_cache(maxsize=32)
-def _calibrated(key: str, unit: str) -> tuple[BudgetPlan, M1Params | None, Any, Guarantee]:
-    spec = decode(json.loads(key))
-    unit = Adjacency(unit)
+def budget_plan(spec: RunSpec, unit: Adjacency) -> BudgetPlan:
+    """The run's split of its budget across M1 and M2, on a dataset of ``unit``: public
+    arithmetic, no mechanism calibrated (``calibrate`` calibrates for this plan)."""
     docs_are_units = unit == Adjacency.DOCUMENT
     m1_adjacency = Adjacency.DOCUMENT if docs_are_units else Adjacency.AUTHOR
-    plan = plan_budget(
+    return plan_budget(
         spec.epsilon,
         spec.delta,
         spec.stage_specs(m1_adjacency),
         authors_are_documents=docs_are_units,
     )
+
+
+@lru_cache(maxsize=32)
+def _calibrated(key: str, unit: str) -> tuple[BudgetPlan, M1Params | None, Any, Guarantee]:
+    spec = decode(json.loads(key))
+    unit = Adjacency(unit)
+    plan = budget_plan(spec, unit)
     if "vocabulary" in spec.dp_stages:
         m1 = plan.stage("vocabulary")
         m1_params = spec.m1_params(m1.epsilon, m1.delta)
@@ -325,7 +331,8 @@ def check_public_inputs(spec: RunSpec, workspace: Workspace) -> None:
         public_vocabulary.load(f"public:{spec.prior}", workspace, spec.pre)
 
 
-def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:
+def _shared(spec: RunSpec, ledger: Ledger) -> RunSpec:
+    """``spec`` with its budget cut to its share of what remains under ``releases_left``."""
     unit = ledger.default_unit(spec.dataset)
     docs_are_units = unit == Adjacency.DOCUMENT
     if spec.releases_left is not None:
@@ -335,7 +342,7 @@ def _planned(spec: RunSpec, ledger: Ledger) -> tuple[RunSpec, Calibration]:
             authors_are_documents=docs_are_units,
         )
         spec = share_remaining(spec, ledger, release_unit)
-    return spec, calibrate(spec, unit)
+    return spec
 
 
 def preflight(request: ReleaseRequest) -> Calibration:
@@ -350,7 +357,15 @@ def preflight(request: ReleaseRequest) -> Calibration:
     ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
-    spec, calibration = _planned(spec, ledger)
+    spec = _shared(spec, ledger)
+    unit = ledger.default_unit(spec.dataset)
+    plan = budget_plan(spec, unit)
+    if all(stage.notion != RANDOM_DP for stage in plan.stages):
+        # The ledger charges the plan's shares; only a random-DP stage adds its calibrated
+        # gamma. So the cap is checked here, before calibration imports dp-accounting and
+        # the kernels (seconds), and checked again below with the calibrated record.
+        ledger.check(spec.dataset, plan, {}, spec.scope)
+    calibration = calibrate(spec, unit)
     ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
     return calibration
 
@@ -368,7 +383,8 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     bounding_seed = spec.seed if spec.seed is not None else secrets.randbits(64)
     spec = replace(spec, bounding_seed=bounding_seed)
     recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)
-    spec, calibration = _planned(spec, ledger)
+    spec = _shared(spec, ledger)
+    calibration = calibrate(spec, ledger.default_unit(spec.dataset))
     owner = recovery.claim(workspace, spec.run_id)
     try:
         catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())

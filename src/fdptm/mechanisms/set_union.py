@@ -66,6 +66,9 @@ weights) is mapped over fixed ranges of consecutive authors (``unit_ranges``), i
 process or on the Dask cluster of ``fdptm.parallel.on_cluster``; the sequential visit, the
 noise and the threshold run in the calling process. The ranges depend on the data only, so
 a seeded selection is the same wherever the ranges ran.
+
+numba's kernels and scipy.special are imported where they run: importing them costs about
+0.4 s, which every CLI refusal (made before any of this runs) would otherwise wait for.
 """
 
 from __future__ import annotations
@@ -76,11 +79,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import randomgen
-from scipy.special import log_ndtr, ndtr, ndtri
 
 from fdptm.errors import BadInputError
-from fdptm.kernels import set_union as kernels
-from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import POSITIVE, Integer, OneOf, param, validate_params
 from fdptm.parallel import cap_numba, stream_map
 from fdptm.privacy.noise import NoiseSource
@@ -137,6 +137,8 @@ def gaussian_threshold(sigma: float, delta: float, max_items: int) -> float:
     """rho_Gauss = max_{1<=t<=Delta0} 1/sqrt(t) + sigma * PhiInv((1 - delta/2)^(1/t))."""
     t = np.arange(1, max_items + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta / 2.0) / t)
+    from scipy.special import ndtri
+
     return float(np.max(1.0 / np.sqrt(t) + sigma * -ndtri(tail)))  # Phi^-1(1 - tail)
 
 
@@ -150,6 +152,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     (scipy.special's normal functions are the ones scipy.stats.norm calls.)
     """
     from scipy import optimize
+    from scipy.special import log_ndtr, ndtr
 
     def excess(sigma: float) -> float:
         a = sensitivity / (2.0 * sigma)
@@ -252,6 +255,8 @@ class UnitRange:
 
     def grouped(self) -> AuthorItems:
         """The range's authors' distinct items with their counts."""
+        from fdptm.kernels.distinct import distinct_per_unit
+
         docs = np.arange(len(self.doc_ptr) - 1, dtype=np.int64)
         offsets, items, counts = distinct_per_unit(self.unit_ptr, docs, self.doc_ptr, self.items)
         return AuthorItems(offsets, items, counts, self.n_items)
@@ -288,6 +293,8 @@ def unit_ranges(
 def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> AuthorItems:
     """Sort each author's items by ``primary`` (ascending, ties in the current order) and
     keep the first ``limit`` (numba, per author: no sort over every pair)."""
+    from fdptm.kernels import set_union as kernels
+
     cap_numba()
     offsets, items, counts = kernels.reorder(
         table.offsets, table.items, table.counts, np.ascontiguousarray(primary), _limit(limit)
@@ -298,6 +305,8 @@ def _reorder(table: AuthorItems, primary: np.ndarray, limit: int | None) -> Auth
 def _most_frequent_first(table: AuthorItems, tiebreak: np.ndarray, limit: int | None):
     """Each author's items by descending count, ties by ``tiebreak[item]``, cut to
     ``limit``: ``_reorder`` with that key, built per author inside the kernel."""
+    from fdptm.kernels import set_union as kernels
+
     cap_numba()
     offsets, items, counts = kernels.reorder_by_count(
         table.offsets, table.items, table.counts, tiebreak.astype(np.int64), _limit(limit)
@@ -390,6 +399,8 @@ def select_units(
     Randomness: the tie-breaks, the visiting order and the Delta0 subsamples come from
     ``noise``, so a run is reproducible exactly when its noise source is seeded.
     """
+    from fdptm.kernels import set_union as kernels
+
     gen = noise.generator
     tiebreak = gen.permutation(n_items)
     policy = params.policy
