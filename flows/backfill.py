@@ -6,7 +6,7 @@ release per partition under the backfill. The tasks run one after another by def
 release already uses every core); ``dask_address`` fans them out on a Dask cluster
 (prefect-dask). Every release reserves its budget through the ledger atomically, so
 partitions released at once can never overspend the cap. A partition that fails (a
-refused budget, a vocabulary too small, or anything unexpected) is reported and the others
+refused budget, a damaged DP output, or anything unexpected) is reported and the others
 go on; one whose release spent and cannot go on is reported as ``not-retried``.
 """
 

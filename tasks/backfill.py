@@ -152,7 +152,7 @@ def _state(catalog: Catalog, label: str, request: ReleaseRequest) -> Partition:
     if failed := [r for r in runs if r["status"] == "failed" and r["spent"]]:
         try:
             lifecycle.resumable(catalog.workspace, failed[-1]["run_id"])
-        except BadInputError:  # spent, and cannot go on (M2 refunded: a vocabulary too small)
+        except BadInputError:  # spent, and cannot go on (M2 refunded, or a DP output damaged)
             return Partition(label, request, "failed", failed[-1]["run_id"])
         return Partition(label, request, "resume", failed[-1]["run_id"])
     return Partition(label, request, "new")

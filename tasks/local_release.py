@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fdptm.evaluation import significance
 from fdptm.local.randomizer import SAMPLER
 from fdptm.mechanisms.guarantee import LOCAL_DP
 from fdptm.privacy.accountant import exact_sum
@@ -167,7 +168,8 @@ def publish_local(
             "length vocabulary_size aligned with vocabulary.parquet's 'index'",
         },
         "code_version": code_version(),
-        "topics": topic_summaries(phi, words),
+        "presentation": significance.presentation(None, phi.size),
+        "topics": topic_summaries(phi, words, None),
     }
     staging = workspace.run_dir(run_id) / "release-staging"
     shutil.rmtree(staging, ignore_errors=True)

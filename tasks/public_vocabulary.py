@@ -50,8 +50,12 @@ class PublicVocabulary:
 
     def most_frequent(self, n: int) -> list[str]:
         """The n words with the largest public counts (ties alphabetical), sorted."""
-        order = np.lexsort((np.arange(len(self.words)), -self.counts))[:n]
-        return sorted(self.words[i] for i in order)
+        return sorted(self.ranked()[:n])
+
+    def ranked(self) -> list[str]:
+        """Every word, the largest public count first (ties alphabetical)."""
+        order = np.lexsort((np.arange(len(self.words)), -self.counts))
+        return [self.words[i] for i in order]
 
 
 def check_source(source: str) -> str:

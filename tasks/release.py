@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from fdptm.errors import FdptmError
-from fdptm.evaluation.topwords import no_signal, row_floor, top_words
+from fdptm.evaluation import significance
+from fdptm.evaluation.significance import EntryNoise
+from fdptm.evaluation.topwords import row_floor
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
@@ -92,24 +94,25 @@ def _digits(floor: float, lowest: float | None) -> int:
     return digits
 
 
-def topic_summaries(phi: np.ndarray, words: list[str], n: int = TOP_WORDS) -> list[dict]:
+def topic_summaries(
+    phi: np.ndarray, words: list[str], noise: EntryNoise | None, n: int = TOP_WORDS
+) -> list[dict]:
     """The manifest's ``topics``: per topic its floor (the row's minimum probability), its
-    ``no_signal`` flag and up to n words strictly above the floor with their probabilities,
-    rounded to ``SIGNIFICANT_DIGITS`` (more where a word is that close to the floor).
-
-    Post-processing of the DP matrix (``fdptm.evaluation.topwords``): words tied at the floor
-    are DP noise ties, not topic words, and are never listed.
+    ``no_signal`` flag and up to n words that stand above the noise (``noise``: the test of
+    ``fdptm.evaluation.significance``; None: the words above the floor, untested) with their
+    probabilities, rounded to ``SIGNIFICANT_DIGITS`` (more where a word is that close to
+    the floor). Post-processing of the DP matrix and public parameters.
     """
     summaries = []
-    for i, (row, listed, flag) in enumerate(
-        zip(phi, top_words(phi, words, n), no_signal(phi), strict=True)
-    ):
+    lists, flags = significance.listed(phi, words, noise, n=n)
+    for i, (row, listed, flag) in enumerate(zip(phi, lists, flags, strict=True)):
         floor = row_floor(row)
         digits = _digits(floor, listed[-1][1] if listed else None)
         summaries.append(
             {
                 "topic": i,
                 "no_signal": flag,
+                "tested": noise is not None,
                 "floor": float(f"{floor:.{digits}g}"),
                 "words": [{"word": w, "probability": float(f"{p:.{digits}g}")} for w, p in listed],
             }
@@ -129,11 +132,28 @@ VOCABULARY_SOURCES = {
 }
 
 
-def vocabulary_stage(spec: RunSpec, calibration) -> dict:
-    """The manifest's M1 entry: the vocabulary's source, and M1's budget if it spent any."""
+FILLED = (
+    "M1's DP vocabulary had {dp} words, fewer than the {k} topics: the release adds the {n} "
+    "most frequent public words not among them ({sources}) so that M2 could train k topics. "
+    "Post-processing of M1's output and public lists: the guarantee is unchanged, and these "
+    "words were not selected from the private data."
+)
+
+
+def vocabulary_stage(spec: RunSpec, calibration, filler: list[dict] | None = None) -> dict:
+    """The manifest's M1 entry: the vocabulary's source, M1's budget if it spent any, and the
+    public words that filled a DP vocabulary smaller than k (``stages.public_filler``)."""
     source = VOCABULARY_SOURCES[spec.vocabulary_selection].format(
         source=spec.vocabulary, size=spec.vocabulary_size
     )
+    if filler:
+        sources = sorted({row["source"] for row in filler})
+        source += ". " + FILLED.format(
+            dp="no" if len(filler) == spec.topics else spec.topics - len(filler),
+            k=spec.topics,
+            n=len(filler),
+            sources=", ".join(sources),
+        )
     if calibration.m1 is None:
         return {
             "stage": "vocabulary",
@@ -160,6 +180,7 @@ def vocabulary_stage(spec: RunSpec, calibration) -> dict:
         "notion": m1.notion,
         "parameters": calibration.m1.to_dict(),
         "vocabulary_source": source,
+        "public_filler": [row["word"] for row in filler or []],
         "reference": (
             "bayesian-dp-ngrams.txt sec. 3 (Algorithm 1, Corollary 1) with a global l2 bound; "
             "fdptm/mechanisms/bayesian_prior.py"
@@ -173,6 +194,12 @@ TUNED_ASSUMES = (
     "the run's duration and the catalog's internal timestamps stay with the operator: they "
     "grow with the number of trials, which Papernot & Steinke's bound requires to be secret"
 )
+
+
+def filler_of(spec: RunSpec, workspace: Workspace, catalog: Catalog) -> list[dict] | None:
+    """The run's public filler words with their sources (None when M1 gave at least k)."""
+    artifact = catalog.artifact(f"run/{spec.run_id}/vocabulary_filler")
+    return None if artifact is None else read(workspace, artifact).to_pylist()
 
 
 def build_manifest(
@@ -210,6 +237,7 @@ def build_manifest(
     m2 = plan.stage("train")
     m2_params = calibration.m2
     m2_guarantee = calibration.guarantee
+    noise = spec.m2.entry_noise(m2_params, released or {})
     batches = run_batches(spec)
     return {
         "manifest_version": 2,
@@ -247,7 +275,7 @@ def build_manifest(
         },
         "budget_policy": plan.policy,
         "stages": [
-            vocabulary_stage(spec, calibration),
+            vocabulary_stage(spec, calibration, filler_of(spec, workspace, catalog)),
             {
                 "stage": "train",
                 "step": "M2",
@@ -291,7 +319,8 @@ def build_manifest(
             "length vocabulary_size aligned with vocabulary.parquet's 'index'",
         },
         "code_version": code_version(),
-        "topics": topic_summaries(phi, words),
+        "presentation": significance.presentation(noise, phi.size),
+        "topics": topic_summaries(phi, words, noise),
     }
 
 

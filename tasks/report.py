@@ -79,7 +79,7 @@ def write_report(workspace: Workspace, run_id: str) -> Path:
         spend_plot="spend.png" if history else None,
         plot_unit=unit.value,
         utility=utility(release),
-        topics=topic_summaries(release.topic_word, release.vocabulary),
+        topics=topic_summaries(release.topic_word, release.vocabulary, release.noise),
         near_uniform_tv=f"{topwords.NEAR_UNIFORM_TV:g}",
     )
     path = out / "report.html"

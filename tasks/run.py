@@ -52,6 +52,7 @@ from fdptm.request import ReleaseRequest
 from fdptm.storage import recovery
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import PUBLIC_NOT_CHARGED, Ledger
+from fdptm.storage.objectstore import intact_copy
 from fdptm.storage.partitions import parse_batches
 from fdptm.storage.workspace import Workspace, check_name
 from fdptm.tasks import public_vocabulary
@@ -471,6 +472,15 @@ def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, 
             "a new release"
         )
     outputs = {"vocabulary": "vocabulary", "train": "topic_word"}
+    for stage in spec.dp_stages:
+        artifact = catalog.artifact(f"run/{run_id}/{outputs[stage]}")
+        if artifact is not None and not intact_copy(workspace, artifact):
+            raise BadInputError(
+                f"run {run_id} cannot be resumed: {workspace.root / artifact['path']} (its "
+                f"{stage} stage's DP output) is missing or damaged, and its mechanism must not "
+                "run again on the same charge. Restore the file from a backup, or start a "
+                "new release"
+            )
     lost = [
         stage
         for stage in spec.dp_stages

@@ -16,7 +16,7 @@ a DP stage whose output exists never runs twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -266,7 +266,59 @@ def vocabulary(spec: RunSpec, bounded: dict, *, dask_address: str | None = None)
     if chosen.prior is not None:
         prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")
-    return _save(spec, "vocabulary", "vocabulary", vocabulary_table(chosen.words), "public")
+    words = chosen.words
+    if len(words) < spec.topics:
+        filler = public_filler(spec, public, words)
+        _save(spec, "vocabulary", "vocabulary_filler", filler, "public")
+        words = sorted([*words, *filler.column("word").to_pylist()])
+    return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
+
+
+FILLER_SOURCE = "wordfreq:en"
+"""Where the words come from that make up a DP vocabulary smaller than k (after the run's
+own public vocabulary, if it has one)."""
+
+
+def public_filler(spec: RunSpec, public: PublicVocabulary | None, words: list[str]) -> pa.Table:
+    """The public words that bring a DP vocabulary of fewer than k words up to k (issue 28:
+    no budget lost to a predictable failure), with their source.
+
+    M1 has spent when its vocabulary comes out smaller than the k topics asked for; failing
+    the run there would waste that spend, and M2 cannot fit k topics on fewer than k words.
+    So the run continues on the DP words plus the k - |DP| most frequent public words not
+    among them: from the run's public vocabulary (``--vocabulary``) first, then from
+    ``FILLER_SOURCE``. Which words and how many are functions of M1's DP output and of public
+    lists only (post-processing), and M2's calibration does not depend on the vocabulary's
+    size, so the guarantee is unchanged; the manifest lists the filler words apart from the
+    DP ones.
+    """
+    workspace, _ = _env(spec)
+    taken = set(words)
+    needed = spec.topics - len(words)
+    rows: list[tuple[str, str]] = []
+    for word, source in _public_words(public, workspace, spec.pre):
+        if len(rows) == needed:
+            break
+        if word not in taken:
+            taken.add(word)
+            rows.append((word, source))
+    if len(rows) < needed:
+        raise FdptmError(
+            f"the public word lists gave {len(rows)} of the {needed} words needed to bring the "
+            f"DP vocabulary up to {spec.topics} topics"
+        )
+    return pa.table({"word": [w for w, _ in rows], "source": [s for _, s in rows]})
+
+
+def _public_words(
+    public: PublicVocabulary | None, workspace: Workspace, pre
+) -> Iterator[tuple[str, str]]:
+    """(word, source) from the run's public vocabulary, then from ``FILLER_SOURCE`` (loaded
+    only if reached), each most frequent first."""
+    if public is not None:
+        yield from ((word, public.source) for word in public.ranked())
+    fallback = public_vocabulary_source.load(FILLER_SOURCE, workspace, pre)
+    yield from ((word, FILLER_SOURCE) for word in fallback.ranked())
 
 
 def public_vocabulary(spec: RunSpec) -> PublicVocabulary:
@@ -298,25 +350,8 @@ def sanitized(
     ``dask_address`` each batch of bounded tokens is sanitized on that Dask cluster's
     workers (``fdptm.parallel.stream_map``), written here in order.
 
-    A DP vocabulary too small to train on refunds M2: that decision is post-processing of
-    M1's DP output, so the refund reveals nothing more about the data.
     """
     words = load(spec, vocab).column("word").to_pylist()
-    if len(words) < spec.topics:
-        _, catalog = _env(spec)
-        Ledger(catalog).refund_unused(
-            spec.run_id,
-            "train",
-            f"refunded: M2 did not run, the DP vocabulary has {len(words)} words "
-            f"(< {spec.topics} topics)",
-        )
-        found = "no word" if not words else f"{len(words)} words"
-        raise BadInputError(
-            f"the DP vocabulary has {found}, fewer than the {spec.topics} topics asked for; "
-            "M1's budget is spent, M2 did not run and its budget was refunded. Give M1 more "
-            "epsilon (a larger --epsilon, or a larger --m1-fraction), ingest more data, or "
-            "ask for fewer --topics."
-        )
     if done := stored(spec, "sanitized_tokens"):
         return done
     workspace, catalog = _env(spec)

@@ -129,21 +129,34 @@ def test_the_python_api_lists_partitions_and_backfills_batches(timed_ws):
 
 
 def test_a_partition_that_spent_and_cannot_go_on_is_not_retried(tmp_path, capsys):
+    """A release killed (``kill -9``) after M1 spent, whose DP vocabulary is then damaged on
+    disk: resuming it would run M1 again on the same charge, so the backfill reports it
+    ``not-retried`` and spends nothing."""
+    from prefect.settings import PREFECT_API_URL
+
     workspace = Workspace.resolve(tmp_path / "ws")
     path = tmp_path / "few.txt"
     path.write_text("\n".join(["apple banana cherry"] * 30))
     ingest(path, "few", workspace)
     args = ["backfill", "--dataset", "few", "--by", "batch", "--epsilon", "1", "--delta"]
-    args += ["1e-6", "--topics", "20", "--seed", "1", "--workspace", str(workspace.root)]
-    assert main(args) == 2  # M1 spends, its vocabulary is smaller than 20 topics: M2 refunded
-    first = capsys.readouterr().out
-    assert "batch 1: failed (exit 2)" in first and "fewer than the 20 topics" in first
-    spent = Catalog(workspace).query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'")
+    args += ["1e-6", "--topics", "3", "--seed", "1", "--workspace", str(workspace.root)]
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
+    killed = subprocess.run(
+        [sys.executable, "-m", "fdptm.cli", *args],
+        env={**env, "FDPTM_KILL_AT": "after-vocabulary"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    catalog = Catalog(workspace)
+    (vocab,) = catalog.query("SELECT path FROM artifacts WHERE name LIKE 'run/%/vocabulary'")
+    (workspace.root / vocab["path"]).write_bytes(b"damaged")
+    spent = catalog.query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'")
     assert main(args) == 2
-    assert "batch 1: not-retried" in capsys.readouterr().out
-    assert (
-        Catalog(workspace).query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'") == spent
-    )  # nothing spent again
+    out = capsys.readouterr().out
+    assert "batch 1: not-retried" in out and "cannot go on" in out, out
+    assert catalog.query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'") == spent
 
 
 def test_a_backfill_fans_out_on_a_dask_cluster(tmp_path):

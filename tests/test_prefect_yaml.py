@@ -245,9 +245,9 @@ def _assert_completed(client, name: str, run_id, worker: subprocess.CompletedPro
 
 def test_a_process_worker_runs_the_release_and_backfill_deployments(prefect_api, tmp_path):
     """On the Lee corpus's 300 documents the deployments' own request (dp-vi at epsilon 5)
-    gets a DP vocabulary of a handful of words, often fewer than its 5 topics (the run then
-    fails), so the runs take the demo's request (HDP-LDA at epsilon 500); `backfill` keeps
-    its own `by: batch`. Both runs go to one worker, which runs them at once."""
+    gets a DP vocabulary of a handful of words, so the runs take the demo's request (HDP-LDA
+    at epsilon 500), which has topics to show; `backfill` keeps its own `by: batch`. Both
+    runs go to one worker, which runs them at once."""
     from gensim.test.utils import datapath
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 

@@ -175,37 +175,6 @@ def test_cli_exit_codes_and_refusal(released, capsys):
     assert report["totals"]["document"] is None and report["totals"]["word"]["epsilon"] == 400
 
 
-def test_failure_after_m1_spends_m1_and_refunds_m2(tmp_path):
-    from fdptm.storage.workspace import Workspace
-
-    workspace = Workspace.resolve(tmp_path / "ws")
-    path = tmp_path / "small.txt"
-    path.write_text("\n".join(["apple banana cherry"] * 30 + ["durian elderberry fig"] * 30))
-    ingest(path, "small", workspace)
-    rc = main(
-        [
-            "release",
-            "--dataset",
-            "small",
-            "--epsilon",
-            "40",
-            "--delta",
-            "1e-5",
-            "--topics",
-            "20",
-            "--workspace",
-            str(workspace.root),
-            "--no-progress",
-        ]
-    )
-    assert rc == 2
-    catalog = Catalog(workspace)
-    states = {e["stage"]: e["state"] for e in catalog.query("SELECT * FROM ledger")}
-    assert states == {"vocabulary": "spent", "train": "refunded"}
-    assert catalog.query("SELECT status FROM runs WHERE kind = 'release'")[0]["status"] == "failed"
-    assert not any((workspace.root / "releases").iterdir())
-
-
 def test_demo(tmp_path, capsys):
     assert main(["demo", "--workspace", str(tmp_path / "demo"), "--seed", "1"]) == 0
     out = capsys.readouterr().out

@@ -103,9 +103,15 @@ def test_manifest_topics_list_probabilities_and_flag_no_signal():
     near_floor = _row([1.0] * 18 + [1.0 + 1e-6, 50.0])
     phi = np.stack([np.full(20, 1 / 20), near_floor])
     phi[0, 3] *= 1 + 1e-12  # float rounding at the floor: still no word above it
-    topics = topic_summaries(phi, WORDS)
+    topics = topic_summaries(phi, WORDS, None)  # no noise model: the floor rule
     assert json.loads(json.dumps(topics)) == topics
-    assert topics[0] == {"topic": 0, "no_signal": True, "floor": 0.05, "words": []}
+    assert topics[0] == {
+        "topic": 0,
+        "no_signal": True,
+        "tested": False,
+        "floor": 0.05,
+        "words": [],
+    }
     second = topics[1]
     assert second["no_signal"] is False
     assert [w["word"] for w in second["words"]] == ["w19", "w18"]
@@ -123,7 +129,7 @@ def test_audit_report_shows_probabilities_no_signal_and_escapes_words(tmp_path):
         "stages": [
             {"step": "M1", "mechanism": "m", "adjacency": "author", "epsilon": 1, "delta": 0}
         ],
-        "topics": topic_summaries(phi, words),
+        "topics": topic_summaries(phi, words, None),
     }
     utility = {
         "vocabulary_size": 20,
@@ -161,7 +167,8 @@ def test_audit_report_shows_probabilities_no_signal_and_escapes_words(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     p = manifest["topics"][1]["words"][0]["probability"]
     assert f"&lt;script&gt;x&lt;/script&gt; {p}" in page
-    assert '<td>0</td><td>0.05</td><td><span class="nosignal">no signal</span></td>' in page
+    untested = '<td>0</td><td>0.05</td><td>(untested) <span class="nosignal">no signal</span></td>'
+    assert untested in page  # no noise model in this manifest: the floor rule, marked
     for shown in ["-1.50", "0.100", "0.750", "4.50", "-6.250"]:
         assert f"<td>{shown}</td>" in page
     assert "topic diversity" in page and "held-out log-likelihood per token" in page

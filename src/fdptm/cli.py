@@ -661,8 +661,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             code = code or r["exit_code"]
         elif r["status"] == "not-retried":
             print(
-                f"{r['partition']}: not-retried {r['run_id']} (it spent and cannot go on: its "
-                "M2 was refunded; release this partition by hand with other parameters)"
+                f"{r['partition']}: not-retried {r['run_id']} (it spent and cannot go on; "
+                f"`fdptm release --resume {r['run_id']}` says why)"
             )
             code = code or 2
         elif r["status"] == "skipped":

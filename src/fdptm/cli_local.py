@@ -119,8 +119,15 @@ def print_outcome(outcome: dict) -> None:
 
 
 def print_topics(topics: list[dict]) -> None:
-    """A release's top words above their floors (both release commands print them)."""
-    print("top words (only those above their topic's floor, with probabilities):")
+    """A release's listed words per topic (both release commands print them): those that
+    stand above the noise, or, for a mechanism without a noise model, above the floor."""
+    if all(t.get("tested") for t in topics):
+        print(
+            "top words (only those that stand above the noise, family-wise error 1%; with "
+            "probabilities):"
+        )
+    else:
+        print("top words (untested: those above their topic's floor, with probabilities):")
     for t in topics:
         words = ", ".join(f"{w['word']} {w['probability']}" for w in t["words"])
         print(f"  topic {t['topic']}: {'no signal' if t['no_signal'] else words}")

@@ -17,8 +17,10 @@ documents, gensim's ``LdaModel`` state) cannot be fed faithfully; coherence agai
 A ``Release`` also answers gensim's ``LdaModel`` questions with gensim's signatures
 (``show_topics``, ``show_topic``, ``get_topics``) and is saved and loaded in gensim's style
 (``release.save(path)``, ``Release.load(path)``). One difference is deliberate: a topic
-lists only its words above the row's noise floor, and a ``no_signal`` topic lists none
-(``fdptm.evaluation.topwords``), where gensim would rank noise ties as words.
+lists only its words that stand above the noise (a test whose family-wise error over the
+k x V entries is at most 1%, from the noise law the manifest states:
+``fdptm.evaluation.significance``), and a ``no_signal`` topic lists none, where gensim would
+rank noise as words.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
-from fdptm.evaluation import topwords
+from fdptm.evaluation import significance, topwords
+from fdptm.evaluation.significance import EntryNoise
 from fdptm.storage.objectstore import filesystem
 from fdptm.tasks.sources import is_url, shown
 
@@ -94,15 +97,24 @@ class Release:
     def n_topics(self) -> int:
         return self.topic_word.shape[0]
 
-    def top_words(self, n: int = 10) -> list[list[tuple[str, float]]]:
-        """Per topic, up to ``n`` (word, probability) pairs strictly above the row's floor
-        (``fdptm.evaluation.topwords.top_words``): a topic without signal lists nothing."""
-        return topwords.top_words(self.topic_word, self.vocabulary, n)
+    @property
+    def noise(self) -> EntryNoise | None:
+        """The public law of an entry's noise the manifest states (its ``presentation``), by
+        which words are tested; None for a mechanism without one (or an older manifest)."""
+        return significance.noise_of(self.manifest.get("presentation") or {})
 
-    def no_signal(self) -> list[bool]:
-        """Per topic, whether it carries no signal (no word above the floor, or within
-        total-variation distance ``topwords.NEAR_UNIFORM_TV`` of uniform)."""
-        return topwords.no_signal(self.topic_word)
+    def top_words(
+        self, n: int = 10, alpha: float = significance.DEFAULT_ALPHA
+    ) -> list[list[tuple[str, float]]]:
+        """Per topic, up to ``n`` (word, probability) pairs that stand above the noise at
+        family-wise error ``alpha`` (``fdptm.evaluation.significance``; words above the
+        row's floor when the mechanism has no noise model): a topic without signal lists
+        nothing."""
+        return significance.listed(self.topic_word, self.vocabulary, self.noise, alpha, n)[0]
+
+    def no_signal(self, alpha: float = significance.DEFAULT_ALPHA) -> list[bool]:
+        """Per topic, whether no word stands above the noise (``top_words``)."""
+        return significance.listed(self.topic_word, self.vocabulary, self.noise, alpha)[1]
 
     def show_topics(
         self, num_topics: int = -1, num_words: int = 10, log: bool = False, formatted: bool = True
@@ -120,10 +132,9 @@ class Release:
         k = self.n_topics
         chosen = range(k) if num_topics < 0 or num_topics >= k else range(num_topics)
         listed = self.top_words(num_words)
-        flags = self.no_signal()
         shown_topics: list = []
         for i in chosen:
-            words = [] if flags[i] else listed[i]
+            words = listed[i]
             text = " + ".join(f'{p:.3f}*"{w}"' for w, p in words) or NO_SIGNAL
             shown_topics.append((i, text if formatted else words))
             if log:
@@ -136,10 +147,7 @@ class Release:
         ``[]`` for a ``no_signal`` topic (see ``show_topics``)."""
         if not isinstance(topicid, int | np.integer) or not 0 <= topicid < self.n_topics:
             raise IndexError(f"topicid must be an int in 0..{self.n_topics - 1}, got {topicid!r}")
-        if self.no_signal()[topicid]:
-            return []
-        row = self.topic_word[topicid : topicid + 1]
-        return topwords.top_words(row, self.vocabulary, topn)[0]
+        return self.top_words(topn)[topicid]
 
     def get_topics(self) -> np.ndarray:
         """gensim's ``LdaModel.get_topics``: the k x V topic-word matrix (a copy), every
@@ -232,7 +240,9 @@ class Release:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per (topic, word): topic, word, probability, rank within the topic
-        (1 = most probable; ties in column order) and whether it is above the row's floor."""
+        (1 = most probable; ties in column order), whether it is above the row's floor, and
+        whether it stands above the noise (``listed``: what ``top_words`` would list, at
+        alpha 1%; the floor rule for a mechanism without a noise model)."""
         import pandas as pd
 
         k, v = self.topic_word.shape
@@ -240,6 +250,8 @@ class Release:
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.arange(1, v + 1)[None, :].repeat(k, 0), axis=1)
         above = np.stack([topwords.above_floor(row) for row in self.topic_word])
+        noise = self.noise
+        listed = above if noise is None else significance.significant(self.topic_word, noise)
         return pd.DataFrame(
             {
                 "topic": np.repeat(np.arange(k), v),
@@ -247,6 +259,7 @@ class Release:
                 "probability": self.topic_word.ravel(),
                 "rank": rank.ravel(),
                 "above_floor": above.ravel(),
+                "listed": listed.ravel(),
             }
         )
 

@@ -231,6 +231,7 @@ import numpy as np
 from scipy.special import digamma
 
 from fdptm.errors import BadInputError
+from fdptm.evaluation.significance import EntryNoise
 from fdptm.kernels import vi
 from fdptm.kernels.distinct import distinct_per_unit
 from fdptm.mechanisms.constraints import (
@@ -981,6 +982,26 @@ def train_dp_vi(
                 progress(1)
     phi = lam.T
     return phi / phi.sum(axis=1, keepdims=True)
+
+
+def released_noise_sd(params: DpViParams, clip: float) -> float:
+    """The standard deviation of the noise in each entry of A_T, the averaged statistic the
+    release is made of: sd_t^2 = (1 - rho_t)^2 sd_{t-1}^2 + (rho_t z C / q)^2 over the T
+    iterations (module docstring, step 5), from public parameters and the clip used."""
+    std = params.noise_multiplier * clip / params.sampling_rate
+    variance = 0.0
+    for t in range(params.iterations):
+        rho = step_size(params, t)
+        variance = (1.0 - rho) ** 2 * variance + (rho * std) ** 2
+    return math.sqrt(variance)
+
+
+def entry_noise(params: DpViParams, released: dict) -> EntryNoise:
+    """Each released entry is eta (plus a public prior's weighted counts, which only raise
+    it) + A_kw, A_kw's noise Gaussian with ``released_noise_sd`` (the discrete Gaussian in
+    production), entries below threshold x that sd set to 0 (``topic_parameters``)."""
+    clip = params.clip if params.clip is not None else released["clip"]
+    return EntryNoise("gaussian", released_noise_sd(params, clip), params.eta)
 
 
 def _average_in(

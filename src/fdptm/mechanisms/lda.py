@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdptm.errors import BadInputError
+from fdptm.evaluation.significance import EntryNoise
 from fdptm.kernels import gibbs
 from fdptm.mechanisms.constraints import (
     ITERATIONS,
@@ -324,3 +325,9 @@ def train_hdp_lda(
     final = noise.add_laplace(n_wk, params.laplace_scale, COUNT_SENSITIVITY)
     released = np.maximum(final.T, 0.0) + params.beta
     return released / released.sum(axis=1, keepdims=True)
+
+
+def entry_noise(params: HdpLdaParams, released: dict) -> EntryNoise:
+    """Each released entry is beta + max(count + Laplace(b), 0): under no data, 0 with
+    probability 1/2 and Exponential(b) otherwise (``fdptm.evaluation.significance``)."""
+    return EntryNoise("laplace", params.laplace_scale, params.beta)

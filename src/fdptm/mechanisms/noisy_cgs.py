@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdptm.errors import BadInputError
+from fdptm.evaluation.significance import EntryNoise
 from fdptm.kernels import gibbs
 from fdptm.mechanisms.constraints import (
     ITERATIONS,
@@ -260,3 +261,9 @@ def laplace_noise(params: NoisyCgsParams, noise: NoiseSource, shape: tuple[int, 
 def _perturbs(variant: str, t: int, last: int) -> bool:
     """Whether iteration ``t`` draws fresh noise: every one, the first, or the last."""
     return {"cdp-lda-plus": True, "cdp-lda": t == 0, "zhu": t == last}[variant]
+
+
+def entry_noise(params: NoisyCgsParams, released: dict) -> EntryNoise:
+    """Each released entry is beta + max(count + Laplace(b), 0): under no data, 0 with
+    probability 1/2 and Exponential(b) otherwise (``fdptm.evaluation.significance``)."""
+    return EntryNoise("laplace", params.laplace_scale, params.beta)

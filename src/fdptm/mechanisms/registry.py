@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fdptm.errors import BadInputError
 from fdptm.mechanisms.guarantee import (
@@ -37,6 +37,9 @@ from fdptm.mechanisms.guarantee import (
     Guarantee,
 )
 from fdptm.privacy.adjacency import Adjacency
+
+if TYPE_CHECKING:
+    from fdptm.evaluation.significance import EntryNoise
 
 
 class M2Params(Protocol):
@@ -68,6 +71,9 @@ class Implementation:
     params: ParamsFunction
     train: Trainer
     public_check: Callable[[Any, int], None] | None = None
+    entry_noise: Callable[[Any, dict], EntryNoise] | None = None
+    """The public law of each released entry's noise, given the calibrated parameters and
+    the parameters M2 released (``fdptm.evaluation.significance``); None: no such model."""
 
 
 DEFAULT_MECHANISM = "dp-vi"
@@ -161,6 +167,12 @@ class Mechanism:
         if check is not None:
             check(params, n_words)
 
+    def entry_noise(self, params: Any, released: dict) -> EntryNoise | None:
+        """The law of a released entry's noise (None when the mechanism has no model of it:
+        its word lists are then untested, ``fdptm.evaluation.significance``)."""
+        model = self.implementation.entry_noise
+        return None if model is None else model(params, released)
+
     def train(self, corpus: Any, n_topics: int, params: Any, noise: Any, **kwargs: Any) -> Any:
         """The topic-word matrix over ``corpus``'s columns, SAN's OOV id (the last) included.
 
@@ -202,14 +214,18 @@ class Mechanism:
 def _hdp_lda() -> Implementation:
     from fdptm.mechanisms import lda
 
-    return Implementation(lda.hdp_lda_params_for_run, lda.train_hdp_lda)
+    return Implementation(
+        lda.hdp_lda_params_for_run, lda.train_hdp_lda, entry_noise=lda.entry_noise
+    )
 
 
 @cache
 def _noisy_cgs() -> Implementation:
     from fdptm.mechanisms import noisy_cgs
 
-    return Implementation(noisy_cgs.noisy_cgs_params, noisy_cgs.train_noisy_cgs)
+    return Implementation(
+        noisy_cgs.noisy_cgs_params, noisy_cgs.train_noisy_cgs, entry_noise=noisy_cgs.entry_noise
+    )
 
 
 @cache
@@ -232,7 +248,7 @@ def _topicdp() -> Implementation:
 def _dp_vi() -> Implementation:
     from fdptm.mechanisms import dp_vi
 
-    return Implementation(dp_vi.dp_vi_params, dp_vi.train_dp_vi)
+    return Implementation(dp_vi.dp_vi_params, dp_vi.train_dp_vi, entry_noise=dp_vi.entry_noise)
 
 
 @cache

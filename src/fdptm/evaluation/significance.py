@@ -1,0 +1,145 @@
+"""Which released words stand above the noise: a one-sided test per topic-word entry, with
+the family-wise error over all k x V entries controlled (issue 28, item 2).
+
+Why. A word strictly above its row's floor (``fdptm.evaluation.topwords``) is not floored;
+it need not stand above the noise. On a release of pure noise (no data) dp-vi leaves about
+16% of its entries above the floor, so every topic "has" hundreds of words, and a release
+whose M2 noise swamps the signal lists random words as topics. The noise's law and scale
+are public (the manifest's M2 parameters), so a word can be listed only when its value is
+more than noise alone would plausibly give.
+
+The test. Every mechanism with a model here (``EntryNoise``, from ``Mechanism.entry_noise``)
+releases, per entry, lambda_kw = floor + X_kw with a public constant ``floor`` (dp-vi's eta,
+the Gibbs mechanisms' beta) and X_kw = signal + noise, floored at 0, rows normalised. From
+the released row alone, R_k = floor / min_w phi_kw is at most sum_w lambda_kw (min_w
+lambda_kw >= floor), with equality when some entry of the row was floored, so
+X^_kw = phi_kw R_k - floor <= X_kw: the recovered count never overstates an entry.
+H0 for entry (k, w): no private data contributes to it, so X_kw is noise (floored). A word is
+listed when X^_kw > t, with t such that P(noise > t) <= alpha / (k V) for each entry;
+by the union bound (Bonferroni, which needs no independence and holds when the set of null
+entries depends on the data), the probability that any null entry of the release is listed
+is at most alpha. ``alpha`` defaults to ``DEFAULT_ALPHA``.
+
+* Gaussian noise of standard deviation s (dp-vi: the sd of the averaged statistic after T
+  iterations, ``dp_vi.released_noise_sd``): the sub-Gaussian tail P(N > t) <=
+  exp(-t^2 / (2 s^2)), which also holds for OpenDP's discrete Gaussian of scale s (Canonne,
+  Kamath & Steinke 2020, section 2: its moment generating function is at most the
+  continuous Gaussian's, so it is s-sub-Gaussian), gives
+  t = s sqrt(2 ln(k V / alpha)), a little above the normal quantile (5.08 s against 4.57 s
+  at k V = 20,000 and alpha = 0.05). dp-vi's thresholding (entries below threshold x s set
+  to 0) only lowers X.
+* Laplace noise of scale b, floored at 0 (hdp-lda, cdp-lda, cdp-lda-plus, zhu):
+  P(max(L, 0) > t) = exp(-t / b) / 2, so t = b ln(k V / (2 alpha)). For zhu and cdp-lda
+  the sampler has read the released draw (its entries are not Laplace given the counts),
+  but each draw's marginal law is Laplace, which is all the union bound uses.
+
+``SLACK`` enlarges the scale a little: production samplers run at scales a relative 1e-7
+or so above the calibrated ones (``fdptm.privacy.noise.rounded_scale``, the integer
+Gaussian's 2^-30), and the recovery divides floats.
+
+A topic with no listed word is ``no_signal``. A mechanism without a model (spectral and
+topicdp: their released matrix is a nonlinear function of the noise whose scale depends on
+the data; ``dp-vi`` with ``--tune``: the released trial was selected) has no test: its
+topics are listed by the floor rule and marked untested, never as "significant".
+
+Everything here reads the released matrix and public parameters only: post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+
+from fdptm.evaluation import topwords
+
+DEFAULT_ALPHA = 0.01
+"""The family-wise error of a release's word lists: the probability that a release lists
+any word whose entry no private data reached is at most 1%."""
+
+SLACK = 1.0 + 1e-6
+"""Relative margin on the noise scale (module docstring)."""
+
+
+@dataclass(frozen=True)
+class EntryNoise:
+    """The public law of one entry's noise in the released statistic's count scale."""
+
+    law: Literal["gaussian", "laplace"]
+    scale: float
+    """The Gaussian's standard deviation, or the Laplace scale b."""
+    floor: float
+    """The public constant every entry of the statistic carries (dp-vi's eta, beta)."""
+
+    def cutoff(self, entries: int, alpha: float) -> float:
+        """The count a word must exceed so that, over ``entries`` null entries, the chance
+        that any exceeds it is at most ``alpha`` (module docstring)."""
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        scale = self.scale * SLACK
+        if self.law == "gaussian":
+            return scale * math.sqrt(2.0 * math.log(entries / alpha))
+        return scale * max(math.log(entries / (2.0 * alpha)), 0.0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def recovered_counts(phi: np.ndarray, floor: float) -> np.ndarray:
+    """X^_kw = floor (phi_kw / min_w phi_kw - 1): each entry's count above the floor, never
+    more than the statistic's (module docstring)."""
+    phi = np.asarray(phi, dtype=np.float64)
+    return floor * (phi / phi.min(axis=1, keepdims=True) - 1.0)
+
+
+def significant(phi: np.ndarray, noise: EntryNoise, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+    """Mask of the entries above ``noise.cutoff`` over all k x V entries of ``phi``."""
+    return recovered_counts(phi, noise.floor) > noise.cutoff(phi.size, alpha)
+
+
+def presentation(noise: EntryNoise | None, entries: int, alpha: float = DEFAULT_ALPHA) -> dict:
+    """The manifest's ``presentation`` block: the test its word lists passed, or why none."""
+    if noise is None:
+        return {
+            "test": None,
+            "why": "no public model of this mechanism's per-entry noise: topics list the "
+            "words above their row's floor and are untested",
+        }
+    return {
+        "test": "one-sided, per entry, family-wise error over all k x V entries at most alpha "
+        "(Bonferroni); fdptm/evaluation/significance.py",
+        "alpha": alpha,
+        "entries": entries,
+        "noise": noise.to_dict(),
+        "cutoff": noise.cutoff(entries, alpha),
+    }
+
+
+def noise_of(block: dict) -> EntryNoise | None:
+    """The ``EntryNoise`` a manifest's ``presentation`` block states (None: untested)."""
+    return None if block.get("test") is None else EntryNoise(**block["noise"])
+
+
+def listed(
+    phi: np.ndarray,
+    words: list[str],
+    noise: EntryNoise | None,
+    alpha: float = DEFAULT_ALPHA,
+    n: int = 10,
+) -> tuple[list[list[tuple[str, float]]], list[bool]]:
+    """Per topic, up to ``n`` (word, probability) pairs to list, most probable first (ties
+    in column order), and whether the topic is ``no_signal``: the words ``significant``
+    under ``noise``, and no_signal when there is none; with no model (None), the floor rule
+    of ``fdptm.evaluation.topwords`` (untested)."""
+    if noise is None:
+        return topwords.top_words(phi, words, n), topwords.no_signal(phi)
+    if phi.shape[1] != len(words):
+        raise ValueError(f"phi has {phi.shape[1]} columns but there are {len(words)} words")
+    lists = []
+    for row, keep in zip(phi, significant(phi, noise, alpha), strict=True):
+        columns = np.flatnonzero(keep)
+        order = columns[np.lexsort((columns, -row[columns]))][:n]
+        lists.append([(words[j], float(row[j])) for j in order])
+    return lists, [not words_of_topic for words_of_topic in lists]
