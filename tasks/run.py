@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from fdptm import planning
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
@@ -40,6 +41,7 @@ from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, RANDOM_DP, Guarantee
 from fdptm.mechanisms.registry import mechanism
 from fdptm.mechanisms.set_union import POLICIES
 from fdptm.parallel import workers
+from fdptm.planning import Prediction
 from fdptm.privacy.accountant import (
     BudgetPlan,
     check_delta,
@@ -346,8 +348,9 @@ def _shared(spec: RunSpec, ledger: Ledger) -> RunSpec:
     return spec
 
 
-def preflight(request: ReleaseRequest) -> Calibration:
-    """Every check of ``request`` that needs no private data, and the cap, before Prefect.
+def preflight(request: ReleaseRequest) -> tuple[Calibration, Prediction | None]:
+    """Every check of ``request`` that needs no private data, and the cap, before Prefect;
+    the calibration, and the prediction when the request states the figures it needs.
 
     Reserves nothing; ``prepare`` checks the cap again atomically when it reserves.
     """
@@ -368,7 +371,62 @@ def preflight(request: ReleaseRequest) -> Calibration:
         ledger.check(spec.dataset, plan, {}, spec.scope)
     calibration = calibrate(spec, unit)
     ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
-    return calibration
+    return calibration, predicted(request, spec, calibration, workspace)
+
+
+def plan(request: ReleaseRequest) -> tuple[Prediction, str | None]:
+    """``fdptm plan``: the prediction for ``request`` (``fdptm.planning``) from its
+    calibration and public words, and the lifetime cap's refusal if it would refuse it now
+    (None otherwise). Reads no private data and reserves nothing."""
+    workspace = Workspace.resolve(request.workspace).require()
+    spec = RunSpec.from_request(request, "", str(workspace.root))
+    validate(spec)
+    workspace.check_key()
+    ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
+    spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
+    check_public_inputs(spec, workspace)
+    spec = _shared(spec, ledger)
+    calibration = calibrate(spec, ledger.default_unit(spec.dataset))
+    try:
+        ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
+    except BudgetRefusedError as exc:
+        return prediction_of(request, spec, calibration, workspace), str(exc)
+    return prediction_of(request, spec, calibration, workspace), None
+
+
+def prediction_of(
+    request: ReleaseRequest, spec: RunSpec, calibration: Calibration, workspace: Workspace
+) -> Prediction:
+    """``fdptm.planning.predict`` on the run's public word list (its --vocabulary, else
+    ``planning.FALLBACK_WORDS``), after the run's PRE."""
+    if request.units is None or request.tokens_per_unit is None:
+        raise BadInputError(
+            "a prediction needs --units N and --tokens-per-unit L: the number of the dataset's "
+            "privacy units and the tokens one holds after PRE, as public figures you state "
+            "(a published or rounded count, not one read off the data)"
+        )
+    source = request.vocabulary or planning.FALLBACK_WORDS
+    words = public_vocabulary.load(source, workspace, spec.pre)
+    chosen = planning.simulated_vocabularies(request, spec, calibration, words)
+    return planning.predict(request, calibration, chosen, words.counts, source)
+
+
+def predicted(
+    request: ReleaseRequest, spec: RunSpec, calibration: Calibration, workspace: Workspace
+) -> Prediction | None:
+    """The prediction when the request states ``units`` and ``tokens_per_unit`` (None
+    otherwise); with ``require_signal``, a BadInputError (exit 2, nothing reserved) unless it
+    predicts topics above the noise."""
+    if request.units is None and request.tokens_per_unit is None and not request.require_signal:
+        return None
+    prediction = prediction_of(request, spec, calibration, workspace)
+    if request.require_signal and prediction.verdict != planning.SIGNAL:
+        advice = "; ".join(prediction.advice) or "see `fdptm plan`"
+        raise BadInputError(
+            f"--require-signal: the prediction is '{prediction.verdict}' ("
+            f"{prediction.summary()}); nothing was reserved or spent. To change it: {advice}"
+        )
+    return prediction
 
 
 def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
@@ -386,6 +444,7 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)
     spec = _shared(spec, ledger)
     calibration = calibrate(spec, ledger.default_unit(spec.dataset))
+    predicted(request, spec, calibration, workspace)
     owner = recovery.claim(workspace, spec.run_id)
     try:
         catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fdptm.errors import BadInputError
+from fdptm.planning import Prediction
 from fdptm.release import Release, load_release
 from fdptm.request import ReleaseRequest
 from fdptm.storage import workspace as storage
@@ -177,6 +178,16 @@ class Dataset:
         if outcome["store_pending"]:
             warnings.warn(outcome["store_pending"], StorePendingWarning, stacklevel=2)
         return load_release(outcome["release_path"])
+
+    def plan(self, request: ReleaseRequest | None = None, /, **fields: Any) -> Prediction:
+        """``fdptm plan``: the prediction for a release request, or its fields (with
+        ``units`` and ``tokens_per_unit``), on this dataset; nothing is read or spent. A
+        lifetime cap that would refuse the release now does not stop a plan (``fdptm plan``
+        notes it)."""
+        from fdptm.tasks import run as lifecycle
+
+        prediction, _ = lifecycle.plan(self._request(request, fields))
+        return prediction
 
     def backfill(
         self,

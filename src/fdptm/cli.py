@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
         "noise is added here; the same seeded release as without it)",
     )
 
+    plan = sub.add_parser(
+        "plan",
+        help="predict, before anything is spent, the vocabulary a release would get and "
+        "whether its topics would stand above the noise",
+        description="The options of `fdptm release`, and --units and --tokens-per-unit "
+        "(public figures you state). Nothing is read from the dataset and nothing is spent.",
+    )
+    add_arguments(plan)
+    plan.add_argument("--json", action="store_true", help="the prediction as JSON")
+
     back = sub.add_parser(
         "backfill",
         help="release every partition (batch or calendar window) of a range that has no "
@@ -311,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             "demo": cmd_demo,
             "ingest": cmd_ingest,
             "release": cmd_release,
+            "plan": cmd_plan,
             "compare": cmd_compare,
             "audit": cmd_audit,
             "report": cmd_report,
@@ -536,7 +547,14 @@ def cmd_release(args: argparse.Namespace) -> int:
                 "says so)",
                 file=sys.stderr,
             )
-        _print_plan(lifecycle.preflight(request))
+        calibration, prediction = lifecycle.preflight(request)
+        _print_plan(calibration)
+        if prediction is not None:
+            print(
+                f"prediction ({prediction.units} units of {prediction.tokens_per_unit} tokens, "
+                f"stated): {prediction.summary()}",
+                flush=True,
+            )
         check_cluster(args.dask_address)
         running.start_api()
         _show_stages(show)
@@ -580,6 +598,27 @@ def _announce(request: ReleaseRequest) -> None:
         f"stages: {' -> '.join(stages)}",
         flush=True,
     )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``fdptm plan``: the prediction of ``fdptm.planning`` for a release request."""
+    from fdptm.tasks import run as lifecycle
+
+    request = from_arguments(args)
+    prediction, refusal = lifecycle.plan(request)
+    if args.json:
+        print(json.dumps({**prediction.to_dict(), "cap_refuses": refusal}, indent=2))
+        return 0
+    print(
+        f"plan of a release of dataset {request.dataset!r}: epsilon={request.epsilon:g}, "
+        f"delta={request.delta:g}, {request.topics} topics, M2 {request.mechanism} "
+        "(nothing is read from the dataset, nothing is spent)"
+    )
+    for line in prediction.lines():
+        print(line)
+    if refusal:
+        print(f"note: the lifetime cap refuses this release now: {refusal}")
+    return 0
 
 
 def _print_plan(calibration) -> None:

@@ -48,6 +48,9 @@ signal by orders of magnitude, and some calibrations computed at training time (
 MVG and paper calibrations) underflow to a zero or infinite scale only after the data was
 read (ZeroDivisionError at epsilon 1e-200): refused up front, nothing spent."""
 SCOPE_FIELDS = ("batches", "since", "until", "window", "buckets")
+PREDICTION_FIELDS = ("units", "tokens_per_unit", "require_signal")
+"""The fields that feed the prediction only: they never change what a release publishes,
+so they are not part of its key (a backfill's partitions stay released when they change)."""
 """The fields that choose a release's partitions (a backfill chooses them itself)."""
 
 
@@ -171,6 +174,23 @@ class ReleaseRequest(_Request):
     seed: int | None = Field(
         None, ge=0, lt=2**63, description="fixed seed (tests only: makes the noise guessable)"
     )
+    units: int | None = Field(
+        None,
+        ge=1,
+        description="for the prediction (`fdptm plan`, --require-signal): how many privacy "
+        "units the dataset holds, a public figure you state (not one read off the data)",
+    )
+    tokens_per_unit: int | None = Field(
+        None,
+        ge=1,
+        description="for the prediction: the tokens a privacy unit holds after PRE, stated",
+    )
+    require_signal: bool = Field(
+        False,
+        strict=True,
+        description="refuse, before anything is spent, a release whose prediction (`fdptm "
+        "plan`; needs --units and --tokens-per-unit) is that no topic stands above the noise",
+    )
     workspace: str | None = Field(
         None, description="workspace directory (default: $FDPTM_WORKSPACE or ./fdptm-workspace)"
     )
@@ -276,7 +296,7 @@ class ReleaseRequest(_Request):
         import hashlib
         import json
 
-        fields = self.model_dump(mode="json", exclude={"workspace", "window"})
+        fields = self.model_dump(mode="json", exclude={"workspace", "window", *PREDICTION_FIELDS})
         fields.update(since=since, until=until)
         if fields["buckets"] is None:  # keys recorded before buckets existed stay valid
             del fields["buckets"]

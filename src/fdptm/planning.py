@@ -1,0 +1,207 @@
+"""``fdptm plan``: what a release would give, predicted before anything is spent (issue 28,
+item 3).
+
+Inputs, all public: the release request and its calibration (M1's threshold and noise, M2's
+noise, the word-list test's cut-off: ``fdptm.evaluation.significance``), the number of the
+dataset's privacy units as the user states it (``--units``: a public figure, such as a
+published or rounded count, never one read off the data), the tokens a unit holds after PRE
+(``--tokens-per-unit``, stated too) and a public word distribution standing in for the
+private one: the run's ``--vocabulary`` list, else ``FALLBACK_WORDS`` (wordfreq's English
+list after the run's PRE). Nothing here reads the private dataset: a plan spends nothing.
+
+The model, deliberately simple so that its assumptions can be stated and checked:
+
+* M1 is simulated, not approximated: ``REPEATS`` synthetic corpora of N units of L tokens
+  drawn from the public distribution go through the run's own M1 mechanism with its
+  calibrated parameters (DP set union's policy, threshold and noise, or the Bayesian prior,
+  or the public list itself), with throw-away noise. The vocabulary's prediction is the
+  median size and the range over them. Synthetic public data: nothing private is read, and
+  the simulation's noise protects nothing.
+* M2: a unit's n = L x (the released words' share of p) tokens after SAN, on one topic,
+  make dp-vi a statistic of L2 norm about sqrt(n) (one token per distinct word) clipped to
+  C (a private clip is taken at sqrt(n), the quantile it aims at), so a topic's N / k units
+  give its strongest word an expected count of (N / k) n min(1, C / sqrt(n)) x
+  ``TOP_SHARE``; the Gibbs mechanisms (hdp-lda, the noisy-CGS baselines) count tokens
+  unclipped: (N / k) n ``TOP_SHARE``. Topics are predicted to stand above the noise when
+  that count exceeds the cut-off of the release's word-list test (the same test).
+* Mechanisms without a noise model (spectral, topicdp, dp-vi with --tune) get the
+  vocabulary's prediction only.
+
+``TOP_SHARE`` and the one-topic-per-unit assumption are the model's own;
+``benchmarks/plan.md`` measures how often the verdict agrees with real releases.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from fdptm.evaluation.significance import DEFAULT_ALPHA, EntryNoise
+
+FALLBACK_WORDS = "wordfreq:en"
+TOP_SHARE = 0.05
+"""The share of a topic's tokens its most frequent word holds (the model's assumption)."""
+REPEATS = 10
+"""Synthetic corpora M1 is simulated on."""
+SIGNAL, NO_SIGNAL, UNKNOWN = "signal", "no signal", "unknown"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A plan: the vocabulary M1 is expected to release, and whether M2's topics are
+    expected to stand above the noise, with what would change that."""
+
+    units: int
+    tokens_per_unit: int
+    words_from: str
+    vocabulary_expected: float
+    vocabulary_range: tuple[int, int]
+    probability_filled: float
+    """P(the DP vocabulary has fewer than k words, so public words fill it up to k)."""
+    noise: dict | None
+    cutoff: float | None
+    expected_top_count: float | None
+    verdict: str
+    advice: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line: the vocabulary, the strongest word against the cut-off, the verdict."""
+        text = f"vocabulary about {self.vocabulary_expected:.0f} words"
+        if self.verdict == UNKNOWN:
+            return text + "; topics unknown (no public noise model)"
+        return (
+            f"{text}; a topic's strongest word about {self.expected_top_count:.3g} against "
+            f"the noise cut-off {self.cutoff:.3g}: {self.verdict}"
+        )
+
+    def lines(self) -> list[str]:
+        """What ``fdptm plan`` prints."""
+        low, high = self.vocabulary_range
+        out = [
+            f"assumed (stated, public): {self.units} privacy units of about "
+            f"{self.tokens_per_unit} tokens, words distributed as {self.words_from}",
+            f"vocabulary: about {self.vocabulary_expected:.0f} words ({low} to {high} over "
+            f"{REPEATS} simulations of M1)",
+        ]
+        if self.probability_filled > 0:
+            out.append(
+                f"  fewer than k words in {self.probability_filled:.0%} of the simulations: the "
+                "run then fills the vocabulary up to k with public words"
+            )
+        if self.verdict == UNKNOWN:
+            out.append("topics: unknown (this mechanism has no public model of its noise)")
+            return out
+        out.append(
+            f"topics: a topic's strongest word expected at a count of about "
+            f"{self.expected_top_count:.3g}, against the noise cut-off {self.cutoff:.3g} "
+            f"({self.noise['law']} noise of scale {self.noise['scale']:.3g} per entry)"
+        )
+        out.append(f"prediction: {self.verdict}")
+        out.extend(f"  to change it: {a}" for a in self.advice)
+        return out
+
+
+def simulated_vocabularies(request, spec, calibration, public, repeats: int = REPEATS):
+    """``repeats`` x V: which of ``public``'s words the run's M1 releases on each of
+    ``repeats`` synthetic corpora of ``request.units`` units of ``request.tokens_per_unit``
+    tokens (module docstring); seeded by ``request.seed`` when set (tests)."""
+    import pyarrow as pa
+
+    from fdptm.privacy.noise import NoiseSource
+    from fdptm.tasks.vocabulary import EncodedTokens
+
+    n_words = len(public.words)
+    chosen = np.zeros((repeats, n_words), dtype=bool)
+    if spec.vocabulary_selection == "none":
+        chosen[:] = np.isin(public.words, public.most_frequent(spec.vocabulary_size))
+        return chosen
+    p = public.counts / public.counts.sum()
+    gen = np.random.default_rng(request.seed)
+    units, length = request.units, request.tokens_per_unit
+    words = pa.array(public.words, pa.string())
+    doc_ptr = np.arange(units + 1, dtype=np.int64) * length
+    for r in range(repeats):
+        tokens = EncodedTokens(
+            doc_ptr,
+            gen.choice(n_words, size=units * length, p=p).astype(np.int32),
+            words,
+            np.arange(units, dtype=np.int64),
+        )
+        noise = NoiseSource.internal(None if request.seed is None else request.seed + r)
+        selection = spec.vocabulary_mechanism.select(
+            tokens, public, calibration.m1, spec.vocabulary_size, noise
+        )
+        chosen[r] = np.isin(public.words, selection.words)
+    return chosen
+
+
+def predict(request, calibration, chosen: np.ndarray, counts: np.ndarray, words_from: str):
+    """The plan of ``request`` (with ``units`` and ``tokens_per_unit``) calibrated as
+    ``calibration``, from M1's simulated vocabularies ``chosen`` (``simulated_vocabularies``)
+    over the public words of ``counts``."""
+    from fdptm.mechanisms.registry import mechanism
+
+    p = np.asarray(counts, dtype=np.float64)
+    p = p / p.sum()
+    sizes = chosen.sum(axis=1)
+    expected = float(np.median(sizes))
+    filled = float(np.mean(sizes < request.topics))
+    common = (
+        request.units,
+        request.tokens_per_unit,
+        words_from,
+        expected,
+        (int(sizes.min()), int(sizes.max())),
+        filled,
+    )
+    tokens = request.tokens_per_unit * float(np.median(chosen @ p))
+    noise = None if request.tune else _noise(mechanism(request.mechanism), calibration, tokens)
+    if noise is None:
+        return Prediction(*common, None, None, None, UNKNOWN)
+    entries = request.topics * max(round(expected), request.topics)
+    cutoff = noise.cutoff(entries, DEFAULT_ALPHA)
+    per_unit = tokens
+    if noise.law == "gaussian" and tokens > 0:  # dp-vi's clip
+        per_unit = tokens * min(1.0, _clip(calibration.m2, tokens) / math.sqrt(tokens))
+    top = request.units / request.topics * per_unit * TOP_SHARE
+    verdict = SIGNAL if top > cutoff else NO_SIGNAL
+    advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
+    return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice)
+
+
+def _noise(m2, calibration, tokens: float) -> EntryNoise | None:
+    """The release's noise model, a private clip taken at the norm it aims at."""
+    return m2.entry_noise(calibration.m2, {"clip": _clip(calibration.m2, tokens)})
+
+
+def _clip(params, tokens: float) -> float:
+    """dp-vi's clip: the calibrated one, or sqrt(n) for a private one (see the module
+    docstring); mechanisms without one never reach here with the Gaussian law."""
+    clip = getattr(params, "clip", None)
+    return float(clip) if clip is not None else math.sqrt(max(tokens, 1.0))
+
+
+def _advice(request, top: float, cutoff: float) -> list[str]:
+    """What would bring a topic's top word above the cut-off, from the model's scaling."""
+    ratio = cutoff / top if top > 0 else math.inf
+    advice = []
+    if math.isfinite(ratio) and request.topics > 1 and request.topics / ratio >= 1:
+        advice.append(
+            f"--topics {max(1, math.floor(request.topics / ratio))} (signal grows as 1/k)"
+        )
+    if math.isfinite(ratio):
+        advice.append(
+            f"about {ratio:.2g} times the units or the epsilon (the noise's scale falls about "
+            "as 1/epsilon, the signal grows with the units)"
+        )
+    if request.vocabulary is None:
+        advice.append(
+            "a public vocabulary (--vocabulary wordfreq:en:2000 --m1 none): M2 gets the "
+            "whole budget"
+        )
+    return advice
