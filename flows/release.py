@@ -105,7 +105,8 @@ def publish_task(spec: RunSpec, vocab: dict, topic_word: dict) -> str:
 @dataclass(frozen=True)
 class ReleaseOutcome:
     """What a release run returns. ``topics`` is the manifest's: per topic, ``no_signal``,
-    ``floor`` and ``words`` ({word, probability}, only words above the floor). ``internal``
+    ``tested``, ``floor`` and ``words`` ({word, probability}: the words that stand above the
+    noise, or above the floor where the release is untested). ``internal``
     holds operator counts (not DP, never in the release): documents read, authors, documents
     dropped by contribution bounding."""
 
@@ -268,10 +269,12 @@ def _summary(outcome: ReleaseOutcome, manifest: dict) -> str:
         "",
         f"Vocabulary size: {manifest['model']['vocabulary_size']}",
         "",
-        "Top words: only words strictly above their topic's floor (its lowest probability, "
-        "where the words whose noisy counts were floored tie), with their probabilities. "
-        "*No signal*: no word above the floor, or total-variation distance to uniform below "
-        f"{NEAR_UNIFORM_TV:g}.",
+        "Top words: only the words that stand above the noise (a test per entry from the "
+        "noise law the manifest states, with a chance of at most 1% that any listed word "
+        "of the release is noise), with their probabilities. *Untested* (a release without "
+        "a public noise model): the words above the topic's floor. *No signal*: no word "
+        f"listed (untested: none above the floor, or within {NEAR_UNIFORM_TV:g} of uniform "
+        "in total variation).",
         "",
         "| topic | floor | top words (probability) |",
         "|---|---|---|",
@@ -283,6 +286,7 @@ def _summary(outcome: ReleaseOutcome, manifest: dict) -> str:
 
 def _words_cell(topic: dict) -> str:
     """A topic's words with probabilities, or *no signal*."""
+    mark = "" if topic.get("tested") else "*untested* "
     if topic["no_signal"]:
-        return "*no signal*"
-    return ", ".join(f"{w['word']} {w['probability']}" for w in topic["words"])
+        return mark + "*no signal*"
+    return mark + ", ".join(f"{w['word']} {w['probability']}" for w in topic["words"])

@@ -8,9 +8,10 @@ of a kind between two days) and what each needs:
 * ``resume``: a release of it failed or died after spending (an interrupted backfill);
   it is resumed (``fdptm release --resume``): stored stages are reused and only a DP stage
   that started and stored nothing is charged again.
-* ``failed``: a release of it spent and cannot go on (its M2 was refunded because the DP
-  vocabulary was too small): it is not tried again with the same request, which would
-  spend again and most likely fail again; release it by hand with other parameters.
+* ``failed``: a release of it spent and cannot go on (its M2 was refunded because M2
+  refused the DP vocabulary's size, or a DP output it stored is damaged): it is not tried
+  again with the same request, which would spend again and most likely fail again; release
+  it by hand.
 * ``new``: a new release.
 
 The range comes from the operator and the calendar, never from the data: a time range

@@ -526,19 +526,18 @@ def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, 
         )
     if entries.get("train", {}).get("state") not in ("spent", "reserved"):
         raise BadInputError(
-            f"run {run_id} cannot be resumed: its M2 entry was refunded (the DP vocabulary "
-            "was too small for M2, or an earlier resume died before it read anything); start "
+            f"run {run_id} cannot be resumed: its M2 entry was refunded (M2 refused the DP "
+            "vocabulary's size, or an earlier resume died before it read anything); start "
             "a new release"
         )
     outputs = {"vocabulary": "vocabulary", "train": "topic_word"}
-    for stage in spec.dp_stages:
-        artifact = catalog.artifact(f"run/{run_id}/{outputs[stage]}")
+    for name in (*(outputs[stage] for stage in spec.dp_stages), "vocabulary_filler"):
+        artifact = catalog.artifact(f"run/{run_id}/{name}")
         if artifact is not None and not intact_copy(workspace, artifact):
             raise BadInputError(
-                f"run {run_id} cannot be resumed: {workspace.root / artifact['path']} (its "
-                f"{stage} stage's DP output) is missing or damaged, and its mechanism must not "
-                "run again on the same charge. Restore the file from a backup, or start a "
-                "new release"
+                f"run {run_id} cannot be resumed: {workspace.root / artifact['path']} (one of "
+                "its DP outputs) is missing or damaged, and its mechanism must not run again "
+                "on the same charge. Restore the file from a backup, or start a new release"
             )
     lost = [
         stage

@@ -267,10 +267,15 @@ def vocabulary(spec: RunSpec, bounded: dict, *, dask_address: str | None = None)
         prior = pa.table({"word": chosen.prior.words, "probability": chosen.prior.prior})
         _save(spec, "vocabulary", "word_prior", prior, "internal")
     words = chosen.words
-    if len(words) < spec.topics:
+    _, catalog = _env(spec)
+    if len(words) < spec.topics:  # saved first: the vocabulary never appears without it
         filler = public_filler(spec, public, words)
         _save(spec, "vocabulary", "vocabulary_filler", filler, "public")
         words = sorted([*words, *filler.column("word").to_pylist()])
+    else:  # an earlier attempt that died before saving its vocabulary may have left one
+        catalog.execute(
+            "DELETE FROM artifacts WHERE name = ?", [f"run/{spec.run_id}/vocabulary_filler"]
+        )
     return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
 
 
@@ -288,9 +293,11 @@ def public_filler(spec: RunSpec, public: PublicVocabulary | None, words: list[st
     So the run continues on the DP words plus the k - |DP| most frequent public words not
     among them: from the run's public vocabulary (``--vocabulary``) first, then from
     ``FILLER_SOURCE``. Which words and how many are functions of M1's DP output and of public
-    lists only (post-processing), and M2's calibration does not depend on the vocabulary's
-    size, so the guarantee is unchanged; the manifest lists the filler words apart from the
-    DP ones.
+    lists only (post-processing). M2's noise is calibrated from public parameters and, where
+    a mechanism reads it (topicdp's paper and MVG calibrations, tuning's score bound), from
+    this public V, so the guarantee is unchanged; the manifest lists the filler words apart
+    from the DP ones. k is at most ``fdptm.request.MAX_TOPICS`` (1,000), fewer than the
+    English list holds after PRE, so the lists always suffice.
     """
     workspace, _ = _env(spec)
     taken = set(words)

@@ -160,7 +160,8 @@ def predict(request, calibration, chosen: np.ndarray, counts: np.ndarray, words_
         filled,
     )
     tokens = request.tokens_per_unit * float(np.median(chosen @ p))
-    noise = None if request.tune else _noise(mechanism(request.mechanism), calibration, tokens)
+    untested = request.tune or request.prior is not None  # as the release's manifest says
+    noise = None if untested else _noise(mechanism(request.mechanism), calibration, tokens)
     if noise is None:
         return Prediction(*common, None, None, None, UNKNOWN)
     entries = request.topics * max(round(expected), request.topics)

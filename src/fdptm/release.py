@@ -225,7 +225,7 @@ class Release:
 
     def to_gensim(self, n: int = 10) -> tuple[Dictionary, list[list[str]]]:
         """A gensim ``Dictionary`` whose ids are this release's columns, and per topic its
-        top ``n`` words above the floor, the form ``CoherenceModel(topics=...)`` takes
+        top ``n`` listed words (``top_words``), the form ``CoherenceModel(topics=...)`` takes
         (topics with fewer than two such words are left out: coherence needs pairs).
 
         The dictionary carries no document frequencies: those are private.
@@ -241,8 +241,9 @@ class Release:
     def to_frame(self) -> pd.DataFrame:
         """One row per (topic, word): topic, word, probability, rank within the topic
         (1 = most probable; ties in column order), whether it is above the row's floor, and
-        whether it stands above the noise (``listed``: what ``top_words`` would list, at
-        alpha 1%; the floor rule for a mechanism without a noise model)."""
+        whether it stands above the noise (``listed``: every entry the test at alpha 1%
+        passes, of which ``top_words`` lists the first n; above the floor where the release
+        is untested)."""
         import pandas as pd
 
         k, v = self.topic_word.shape

@@ -4,7 +4,8 @@ One self-contained directory per audit: ``audit.json`` (the numbers), ``roc-<att
 (ROC on log-log axes, as the FDPTM paper plots them, with the chance diagonal) and
 ``report.html`` (the release's guarantee and per-stage budgets, the utility measures, every
 attack's AUC, TPR at 0.1% and 1% FPR and epsilon lower bound against the claim, the plots,
-and each topic's words above its floor with their probabilities, or "no signal"), rendered
+and each topic's listed words with their probabilities, or "no signal": the manifest's own
+lists, ``fdptm.evaluation.significance``), rendered
 from the shared templates (``fdptm.templating``: ``audit.html.j2``). The report says on top
 that it is not DP and must not be published. Every string from the release (words
 included) is HTML-escaped by the templates' autoescaping.

@@ -33,9 +33,13 @@ is at most alpha. ``alpha`` defaults to ``DEFAULT_ALPHA``.
   the sampler has read the released draw (its entries are not Laplace given the counts),
   but each draw's marginal law is Laplace, which is all the union bound uses.
 
-``SLACK`` enlarges the scale a little: production samplers run at scales a relative 1e-7
-or so above the calibrated ones (``fdptm.privacy.noise.rounded_scale``, the integer
-Gaussian's 2^-30), and the recovery divides floats.
+``SLACK`` enlarges the scale by a relative 1e-3, which covers what the production samplers
+add to the calibrated scales: the integer Gaussian's 2^-30; hdp-lda's rounded Laplace,
+2^-41 k (V + 1) relative (``fdptm.privacy.noise.rounded_scale``), below 1e-3 up to
+``MAX_ENTRIES`` entries (a larger release is untested); and the noisy-CGS baselines'
+discrete Laplace on the grid g = 2^-20, whose tail e^(-t/b) / (1 + e^(-g/b)) exceeds the
+continuous one's by a relative g / (2 b) or less, which the slack covers for b >= 40 g
+(smaller scales are untested: ``noisy_cgs.entry_noise``).
 
 A topic with no listed word is ``no_signal``. A mechanism without a model (spectral and
 topicdp: their released matrix is a nonlinear function of the noise whose scale depends on
@@ -59,8 +63,10 @@ DEFAULT_ALPHA = 0.01
 """The family-wise error of a release's word lists: the probability that a release lists
 any word whose entry no private data reached is at most 1%."""
 
-SLACK = 1.0 + 1e-6
+SLACK = 1.0 + 1e-3
 """Relative margin on the noise scale (module docstring)."""
+MAX_ENTRIES = 2_000_000_000
+"""The most k x V entries ``SLACK`` covers (hdp-lda's rounded Laplace, module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ class EntryNoise:
         that any exceeds it is at most ``alpha`` (module docstring)."""
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        if entries > MAX_ENTRIES:
+            raise ValueError(f"{entries} entries: SLACK covers at most {MAX_ENTRIES}")
         scale = self.scale * SLACK
         if self.law == "gaussian":
             return scale * math.sqrt(2.0 * math.log(entries / alpha))
@@ -101,11 +109,12 @@ def significant(phi: np.ndarray, noise: EntryNoise, alpha: float = DEFAULT_ALPHA
 
 def presentation(noise: EntryNoise | None, entries: int, alpha: float = DEFAULT_ALPHA) -> dict:
     """The manifest's ``presentation`` block: the test its word lists passed, or why none."""
-    if noise is None:
+    if noise is None or entries > MAX_ENTRIES:
         return {
             "test": None,
-            "why": "no public model of this mechanism's per-entry noise: topics list the "
-            "words above their row's floor and are untested",
+            "why": "no public model of this release's per-entry noise (its mechanism has "
+            "none, a public prior raises its entries, or it is larger than the test covers): "
+            "topics list the words above their row's floor and are untested",
         }
     return {
         "test": "one-sided, per entry, family-wise error over all k x V entries at most alpha "
@@ -133,13 +142,9 @@ def listed(
     in column order), and whether the topic is ``no_signal``: the words ``significant``
     under ``noise``, and no_signal when there is none; with no model (None), the floor rule
     of ``fdptm.evaluation.topwords`` (untested)."""
-    if noise is None:
-        return topwords.top_words(phi, words, n), topwords.no_signal(phi)
-    if phi.shape[1] != len(words):
-        raise ValueError(f"phi has {phi.shape[1]} columns but there are {len(words)} words")
-    lists = []
-    for row, keep in zip(phi, significant(phi, noise, alpha), strict=True):
-        columns = np.flatnonzero(keep)
-        order = columns[np.lexsort((columns, -row[columns]))][:n]
-        lists.append([(words[j], float(row[j])) for j in order])
+    if noise is None or phi.size > MAX_ENTRIES:
+        silent = topwords.no_signal(phi)
+        lists = topwords.top_words(phi, words, n)
+        return [[] if flag else topic for topic, flag in zip(lists, silent, strict=True)], silent
+    lists = topwords.top_words(phi, words, n, significant(phi, noise, alpha))
     return lists, [not words_of_topic for words_of_topic in lists]

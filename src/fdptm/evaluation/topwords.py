@@ -50,15 +50,18 @@ def above_floor(row: np.ndarray) -> np.ndarray:
     return row > floor * (1 + FLOOR_RELATIVE_TOLERANCE) + FLOOR_ABSOLUTE_TOLERANCE
 
 
-def top_words(phi: np.ndarray, words: list[str], n: int = 10) -> list[list[tuple[str, float]]]:
-    """Per topic, up to ``n`` (word, probability) pairs above the row's floor, most probable
-    first; ties among them in column order. Words at the floor are never listed, so a row
-    with fewer than ``n`` words above it gets a shorter list (an empty one when uniform)."""
+def top_words(
+    phi: np.ndarray, words: list[str], n: int = 10, keep: np.ndarray | None = None
+) -> list[list[tuple[str, float]]]:
+    """Per topic, up to ``n`` (word, probability) pairs above the row's floor (or among the
+    entries of the mask ``keep``: ``fdptm.evaluation.significance``), most probable first;
+    ties among them in column order. Words at the floor are never listed, so a row with
+    fewer than ``n`` words above it gets a shorter list (an empty one when uniform)."""
     if phi.shape[1] != len(words):
         raise ValueError(f"phi has {phi.shape[1]} columns but there are {len(words)} words")
     listed = []
-    for row in phi:
-        columns = np.flatnonzero(above_floor(row))
+    for i, row in enumerate(phi):
+        columns = np.flatnonzero(above_floor(row) if keep is None else keep[i])
         order = columns[np.lexsort((columns, -row[columns]))][:n]
         listed.append([(words[j], float(row[j])) for j in order])
     return listed

@@ -991,8 +991,7 @@ def released_noise_sd(params: DpViParams, clip: float) -> float:
     std = params.noise_multiplier * clip / params.sampling_rate
     variance = 0.0
     for t in range(params.iterations):
-        rho = step_size(params, t)
-        variance = (1.0 - rho) ** 2 * variance + (rho * std) ** 2
+        variance = _next_variance(variance, step_size(params, t), std)
     return math.sqrt(variance)
 
 
@@ -1010,4 +1009,9 @@ def _average_in(
     """A <- (1 - rho) A + rho S~ / q in place; returns the noise variance of the new A."""
     average *= 1.0 - rho
     average += (rho / params.sampling_rate) * noisy
-    return (1.0 - rho) ** 2 * noise_var + (rho * params.noise_std / params.sampling_rate) ** 2
+    return _next_variance(noise_var, rho, params.noise_std / params.sampling_rate)
+
+
+def _next_variance(variance: float, rho: float, std: float) -> float:
+    """The noise variance of A <- (1 - rho) A + rho S~ / q, S~'s noise of sd ``std`` x q."""
+    return (1.0 - rho) ** 2 * variance + (rho * std) ** 2

@@ -65,7 +65,7 @@ from fdptm.mechanisms.lda import Corpus, init_counts
 from fdptm.privacy import events
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
-from fdptm.privacy.noise import NoiseSource
+from fdptm.privacy.noise import GRID_EXPONENT, NoiseSource
 
 VARIANTS = ("zhu", "cdp-lda", "cdp-lda-plus")
 PARAMETER_CONSTRAINTS = {
@@ -263,7 +263,11 @@ def _perturbs(variant: str, t: int, last: int) -> bool:
     return {"cdp-lda-plus": True, "cdp-lda": t == 0, "zhu": t == last}[variant]
 
 
-def entry_noise(params: NoisyCgsParams, released: dict) -> EntryNoise:
+def entry_noise(params: NoisyCgsParams, released: dict) -> EntryNoise | None:
     """Each released entry is beta + max(count + Laplace(b), 0): under no data, 0 with
-    probability 1/2 and Exponential(b) otherwise (``fdptm.evaluation.significance``)."""
+    probability 1/2 and Exponential(b) otherwise (``fdptm.evaluation.significance``). The
+    draws are a discrete Laplace on the grid 2^GRID_EXPONENT, whose tail the test's slack
+    covers only for b >= 40 grid steps: a smaller scale is untested (None)."""
+    if params.laplace_scale < 40 * 2.0**GRID_EXPONENT:
+        return None
     return EntryNoise("laplace", params.laplace_scale, params.beta)
