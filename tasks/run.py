@@ -407,8 +407,8 @@ def prediction_of(
         )
     source = request.vocabulary or planning.FALLBACK_WORDS
     words = public_vocabulary.load(source, workspace, spec.pre)
-    chosen = planning.simulated_vocabularies(request, spec, calibration, words)
-    return planning.predict(request, calibration, chosen, words.counts, source)
+    chosen, kept = planning.simulated_vocabularies(request, spec, calibration, words)
+    return planning.predict(request, calibration, chosen, kept, source)
 
 
 def predicted(

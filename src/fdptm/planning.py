@@ -11,23 +11,28 @@ list after the run's PRE). Nothing here reads the private dataset: a plan spends
 
 The model, deliberately simple so that its assumptions can be stated and checked:
 
-* M1 is simulated, not approximated: ``REPEATS`` synthetic corpora of N units of L tokens
-  drawn from the public distribution go through the run's own M1 mechanism with its
-  calibrated parameters (DP set union's policy, threshold and noise, or the Bayesian prior,
-  or the public list itself), with throw-away noise. The vocabulary's prediction is the
-  median size and the range over them. Synthetic public data: nothing private is read, and
-  the simulation's noise protects nothing.
-* M2: a unit's n = L x (the released words' share of p) tokens after SAN, on one topic,
-  make dp-vi a statistic of L2 norm about sqrt(n) (one token per distinct word) clipped to
-  C (a private clip is taken at sqrt(n), the quantile it aims at), so a topic's N / k units
-  give its strongest word an expected count of (N / k) n min(1, C / sqrt(n)) x
-  ``TOP_SHARE``; the Gibbs mechanisms (hdp-lda, the noisy-CGS baselines) count tokens
-  unclipped: (N / k) n ``TOP_SHARE``. Topics are predicted to stand above the noise when
-  that count exceeds the cut-off of the release's word-list test (the same test).
+* Synthetic corpora: N units of L tokens, each unit on one of k topics (uniformly); a
+  unit's tokens come from its topic with probability ``TOPICAL``, else from the public
+  distribution p. A topic is a Zipf(1) distribution over ``TOPIC_WORDS`` words drawn at
+  random among the public list's ``TOPIC_POOL`` most frequent, so its strongest word holds
+  ``TOP_SHARE`` = ``TOPICAL`` / H(``TOPIC_WORDS``) (about 9.6%) of a unit's tokens.
+* M1 is simulated, not approximated: ``REPEATS`` such corpora go through the run's own M1
+  mechanism with its calibrated parameters (DP set union's policy, threshold and noise, or
+  the Bayesian prior, or the public list itself), with throw-away noise. The vocabulary's
+  prediction is the median size and the range over them. Synthetic public data: nothing
+  private is read, and the simulation's noise protects nothing.
+* M2: a unit's n tokens after SAN (L times the share of the simulated tokens that the
+  simulated vocabulary keeps), on one topic, make dp-vi a statistic of L2 norm about
+  sqrt(n) (one token per distinct word) clipped to C (a private clip is taken at sqrt(n),
+  the quantile it aims at), so a topic's N / k units give its strongest word an expected
+  count of (N / k) L ``TOP_SHARE`` min(1, C / sqrt(n)); the Gibbs mechanisms (hdp-lda, the
+  noisy-CGS baselines) count tokens unclipped: (N / k) L ``TOP_SHARE``. Topics are
+  predicted to stand above the noise when that count exceeds the cut-off of the release's
+  word-list test (the same test), and the vocabulary has a word.
 * Mechanisms without a noise model (spectral, topicdp, dp-vi with --tune) get the
   vocabulary's prediction only.
 
-``TOP_SHARE`` and the one-topic-per-unit assumption are the model's own;
+``TOPICAL``, the topics' shape and the one-topic-per-unit assumption are the model's own;
 ``benchmarks/plan.md`` measures how often the verdict agrees with real releases.
 """
 
@@ -41,8 +46,12 @@ import numpy as np
 from fdptm.evaluation.significance import DEFAULT_ALPHA, EntryNoise
 
 FALLBACK_WORDS = "wordfreq:en"
-TOP_SHARE = 0.05
-"""The share of a topic's tokens its most frequent word holds (the model's assumption)."""
+TOPICAL = 0.5
+"""The share of a unit's tokens that come from its topic (the model's assumption)."""
+TOPIC_WORDS = 100
+TOPIC_POOL = 5_000
+TOP_SHARE = TOPICAL / sum(1.0 / r for r in range(1, TOPIC_WORDS + 1))
+"""The share of a unit's tokens its topic's strongest word holds."""
 REPEATS = 10
 """Synthetic corpora M1 is simulated on."""
 SIGNAL, NO_SIGNAL, UNKNOWN = "signal", "no signal", "unknown"
@@ -106,10 +115,13 @@ class Prediction:
         return out
 
 
-def simulated_vocabularies(request, spec, calibration, public, repeats: int = REPEATS):
+def simulated_vocabularies(
+    request, spec, calibration, public, repeats: int = REPEATS
+) -> tuple[np.ndarray, np.ndarray]:
     """``repeats`` x V: which of ``public``'s words the run's M1 releases on each of
     ``repeats`` synthetic corpora of ``request.units`` units of ``request.tokens_per_unit``
-    tokens (module docstring); seeded by ``request.seed`` when set (tests)."""
+    tokens (module docstring), and per corpus the share of its tokens the vocabulary keeps;
+    seeded by ``request.seed`` when set (tests)."""
     import pyarrow as pa
 
     from fdptm.privacy.noise import NoiseSource
@@ -117,37 +129,47 @@ def simulated_vocabularies(request, spec, calibration, public, repeats: int = RE
 
     n_words = len(public.words)
     chosen = np.zeros((repeats, n_words), dtype=bool)
-    if spec.vocabulary_selection == "none":
-        chosen[:] = np.isin(public.words, public.most_frequent(spec.vocabulary_size))
-        return chosen
+    kept = np.zeros(repeats)
     p = public.counts / public.counts.sum()
     gen = np.random.default_rng(request.seed)
     units, length = request.units, request.tokens_per_unit
     words = pa.array(public.words, pa.string())
     doc_ptr = np.arange(units + 1, dtype=np.int64) * length
     for r in range(repeats):
-        tokens = EncodedTokens(
-            doc_ptr,
-            gen.choice(n_words, size=units * length, p=p).astype(np.int32),
-            words,
-            np.arange(units, dtype=np.int64),
-        )
-        noise = NoiseSource.internal(None if request.seed is None else request.seed + r)
-        selection = spec.vocabulary_mechanism.select(
-            tokens, public, calibration.m1, spec.vocabulary_size, noise
-        )
-        chosen[r] = np.isin(public.words, selection.words)
-    return chosen
+        word_idx = _synthetic_tokens(gen, p, request.topics, units, length)
+        if spec.vocabulary_selection == "none":
+            chosen[r] = np.isin(public.words, public.most_frequent(spec.vocabulary_size))
+        else:
+            tokens = EncodedTokens(doc_ptr, word_idx, words, np.arange(units, dtype=np.int64))
+            noise = NoiseSource.internal(None if request.seed is None else request.seed + r)
+            selection = spec.vocabulary_mechanism.select(
+                tokens, public, calibration.m1, spec.vocabulary_size, noise
+            )
+            chosen[r] = np.isin(public.words, selection.words)
+        kept[r] = float(np.mean(chosen[r][word_idx]))
+    return chosen, kept
 
 
-def predict(request, calibration, chosen: np.ndarray, counts: np.ndarray, words_from: str):
+def _synthetic_tokens(gen, p: np.ndarray, k: int, units: int, length: int) -> np.ndarray:
+    """The word ids of one synthetic corpus (module docstring), unit after unit."""
+    pool = np.argsort(-p, kind="stable")[:TOPIC_POOL]
+    zipf = 1.0 / np.arange(1, TOPIC_WORDS + 1)
+    topics = [gen.choice(pool, min(TOPIC_WORDS, pool.size), replace=False) for _ in range(k)]
+    unit_topic = gen.integers(k, size=units)
+    background = gen.choice(p.size, size=(units, length), p=p)
+    rank = gen.choice(TOPIC_WORDS, size=(units, length), p=zipf / zipf.sum())
+    topical = np.stack([t[np.minimum(rank, t.size - 1)] for t in topics])  # k x units x L
+    own = topical[unit_topic, np.arange(units)]
+    from_topic = gen.random((units, length)) < TOPICAL
+    return np.where(from_topic, own, background).astype(np.int32).ravel()
+
+
+def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_from: str):
     """The plan of ``request`` (with ``units`` and ``tokens_per_unit``) calibrated as
-    ``calibration``, from M1's simulated vocabularies ``chosen`` (``simulated_vocabularies``)
-    over the public words of ``counts``."""
+    ``calibration``, from M1's simulated vocabularies ``chosen`` and the shares ``kept`` of
+    the simulated tokens they keep (``simulated_vocabularies``)."""
     from fdptm.mechanisms.registry import mechanism
 
-    p = np.asarray(counts, dtype=np.float64)
-    p = p / p.sum()
     sizes = chosen.sum(axis=1)
     expected = float(np.median(sizes))
     filled = float(np.mean(sizes < request.topics))
@@ -159,18 +181,17 @@ def predict(request, calibration, chosen: np.ndarray, counts: np.ndarray, words_
         (int(sizes.min()), int(sizes.max())),
         filled,
     )
-    tokens = request.tokens_per_unit * float(np.median(chosen @ p))
+    tokens = request.tokens_per_unit * float(np.median(kept))
     untested = request.tune or request.prior is not None  # as the release's manifest says
     noise = None if untested else _noise(mechanism(request.mechanism), calibration, tokens)
     if noise is None:
         return Prediction(*common, None, None, None, UNKNOWN)
     entries = request.topics * max(round(expected), request.topics)
     cutoff = noise.cutoff(entries, DEFAULT_ALPHA)
-    per_unit = tokens
+    top = request.units / request.topics * request.tokens_per_unit * TOP_SHARE
     if noise.law == "gaussian" and tokens > 0:  # dp-vi's clip
-        per_unit = tokens * min(1.0, _clip(calibration.m2, tokens) / math.sqrt(tokens))
-    top = request.units / request.topics * per_unit * TOP_SHARE
-    verdict = SIGNAL if top > cutoff else NO_SIGNAL
+        top *= min(1.0, _clip(calibration.m2, tokens) / math.sqrt(tokens))
+    verdict = SIGNAL if top > cutoff and expected >= 1 else NO_SIGNAL
     advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
     return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice)
 
