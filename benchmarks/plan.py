@@ -164,6 +164,13 @@ def render(r: dict) -> str:
         f"Agreement: {sum(c['agree'] for c in cells)} of {len(cells)} cells ({share:.0%}), "
         f"target {'met' if share >= TARGET else 'missed'}.",
         "",
+        "What this shows and what it does not: the corpora are of the kind the plan models "
+        "(planted topics mixed with a public word list's frequencies, here the same list), "
+        "so agreement shows that the plan's simulation of M1 and its noise cut-off match "
+        "what real releases do on such data. A corpus whose topics are weaker than the "
+        "model's, or whose words the public list does not resemble, is where a plan can be "
+        "wrong; the stated figures (units, tokens per unit) are the user's responsibility.",
+        "",
         "| epsilon | k | authors | tokens/unit | plan | plan's vocabulary | release | agree |",
         "|---|---|---|---|---|---|---|---|",
     ]
