@@ -84,12 +84,14 @@ def test_the_frame_has_one_row_per_topic_and_word(released):
         "probability",
         "rank",
         "above_floor",
+        "listed",
     ]
     for topic, group in frame.groupby("topic"):
         assert sorted(group["rank"]) == list(range(1, v + 1))
-        top = group.sort_values("rank").head(10)
+        ranked = group.sort_values("rank")
         listed = release.top_words(10)[topic]
-        assert list(top[top["above_floor"]]["word"]) == [w for w, _ in listed]
+        assert list(ranked[ranked["listed"]]["word"])[:10] == [w for w, _ in listed]
+        assert not (ranked["listed"] & ~ranked["above_floor"]).any()  # listed: above it
     np.testing.assert_allclose(frame.groupby("topic")["probability"].sum(), 1.0)
 
 
