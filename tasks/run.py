@@ -348,12 +348,9 @@ def _shared(spec: RunSpec, ledger: Ledger) -> RunSpec:
     return spec
 
 
-def preflight(request: ReleaseRequest) -> tuple[Calibration, Prediction | None]:
-    """Every check of ``request`` that needs no private data, and the cap, before Prefect;
-    the calibration, and the prediction when the request states the figures it needs.
-
-    Reserves nothing; ``prepare`` checks the cap again atomically when it reserves.
-    """
+def _checked(request: ReleaseRequest) -> tuple[Workspace, RunSpec, Ledger]:
+    """The checks of ``request`` that need no private data (the workspace key, the dataset,
+    its batches, the public inputs), and its spec cut to its share of the cap."""
     workspace = Workspace.resolve(request.workspace).require()
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
@@ -361,7 +358,16 @@ def preflight(request: ReleaseRequest) -> tuple[Calibration, Prediction | None]:
     ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
-    spec = _shared(spec, ledger)
+    return workspace, _shared(spec, ledger), ledger
+
+
+def preflight(request: ReleaseRequest) -> tuple[Calibration, Prediction | None]:
+    """Every check of ``request`` that needs no private data, and the cap, before Prefect;
+    the calibration, and the prediction when the request states the figures it needs.
+
+    Reserves nothing; ``prepare`` checks the cap again atomically when it reserves.
+    """
+    workspace, spec, ledger = _checked(request)
     unit = ledger.default_unit(spec.dataset)
     plan = budget_plan(spec, unit)
     if all(stage.notion != RANDOM_DP for stage in plan.stages):
@@ -378,14 +384,7 @@ def plan(request: ReleaseRequest) -> tuple[Prediction, str | None]:
     """``fdptm plan``: the prediction for ``request`` (``fdptm.planning``) from its
     calibration and public words, and the lifetime cap's refusal if it would refuse it now
     (None otherwise). Reads no private data and reserves nothing."""
-    workspace = Workspace.resolve(request.workspace).require()
-    spec = RunSpec.from_request(request, "", str(workspace.root))
-    validate(spec)
-    workspace.check_key()
-    ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
-    spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
-    check_public_inputs(spec, workspace)
-    spec = _shared(spec, ledger)
+    workspace, spec, ledger = _checked(request)
     calibration = calibrate(spec, ledger.default_unit(spec.dataset))
     try:
         ledger.check(spec.dataset, calibration.plan, calibration.accounting(), spec.scope)
