@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from fdptm.errors import BadInputError
 from fdptm.evaluation.significance import DEFAULT_ALPHA, EntryNoise
 
 FALLBACK_WORDS = "wordfreq:en"
@@ -54,6 +55,8 @@ TOP_SHARE = TOPICAL / sum(1.0 / r for r in range(1, TOPIC_WORDS + 1))
 """The share of a unit's tokens its topic's strongest word holds."""
 REPEATS = 10
 """Synthetic corpora M1 is simulated on."""
+MAX_SIMULATED_TOKENS = 50_000_000
+"""The largest synthetic corpus a plan simulates (about 1 GB of working memory)."""
 SIGNAL, NO_SIGNAL, UNKNOWN = "signal", "no signal", "unknown"
 
 
@@ -127,6 +130,13 @@ def simulated_vocabularies(
     from fdptm.privacy.noise import NoiseSource
     from fdptm.tasks.vocabulary import EncodedTokens
 
+    if request.units * request.tokens_per_unit > MAX_SIMULATED_TOKENS:
+        raise BadInputError(
+            f"a plan simulates corpora of --units x --tokens-per-unit tokens in memory, at most "
+            f"{MAX_SIMULATED_TOKENS:,}; got {request.units * request.tokens_per_unit:,}. State "
+            "fewer units (a plan of fewer units predicts a smaller vocabulary and weaker "
+            "topics: a lower bound)"
+        )
     n_words = len(public.words)
     chosen = np.zeros((repeats, n_words), dtype=bool)
     kept = np.zeros(repeats)
@@ -153,13 +163,12 @@ def simulated_vocabularies(
 def _synthetic_tokens(gen, p: np.ndarray, k: int, units: int, length: int) -> np.ndarray:
     """The word ids of one synthetic corpus (module docstring), unit after unit."""
     pool = np.argsort(-p, kind="stable")[:TOPIC_POOL]
-    zipf = 1.0 / np.arange(1, TOPIC_WORDS + 1)
-    topics = [gen.choice(pool, min(TOPIC_WORDS, pool.size), replace=False) for _ in range(k)]
+    size = min(TOPIC_WORDS, pool.size)
+    zipf = 1.0 / np.arange(1, size + 1)
+    topics = np.stack([gen.choice(pool, size, replace=False) for _ in range(k)])  # k x size
     unit_topic = gen.integers(k, size=units)
-    background = gen.choice(p.size, size=(units, length), p=p)
-    rank = gen.choice(TOPIC_WORDS, size=(units, length), p=zipf / zipf.sum())
-    topical = np.stack([t[np.minimum(rank, t.size - 1)] for t in topics])  # k x units x L
-    own = topical[unit_topic, np.arange(units)]
+    background = gen.choice(p.size, size=(units, length), p=p).astype(np.int32)
+    own = topics[unit_topic[:, None], gen.choice(size, size=(units, length), p=zipf / zipf.sum())]
     from_topic = gen.random((units, length)) < TOPICAL
     return np.where(from_topic, own, background).astype(np.int32).ravel()
 
