@@ -348,6 +348,16 @@ def _shared(spec: RunSpec, ledger: Ledger) -> RunSpec:
     return spec
 
 
+def _require_figures(request: ReleaseRequest) -> None:
+    """A prediction's stated figures, checked before anything is calibrated."""
+    if request.units is None or request.tokens_per_unit is None:
+        raise BadInputError(
+            "a prediction needs --units N and --tokens-per-unit L: the number of the dataset's "
+            "privacy units and the tokens one holds after PRE, as public figures you state "
+            "(a published or rounded count, not one read off the data)"
+        )
+
+
 def _checked(request: ReleaseRequest) -> tuple[Workspace, RunSpec, Ledger]:
     """The checks of ``request`` that need no private data (the workspace key, the dataset,
     its batches, the public inputs), and its spec cut to its share of the cap."""
@@ -367,6 +377,8 @@ def preflight(request: ReleaseRequest) -> tuple[Calibration, Prediction | None]:
 
     Reserves nothing; ``prepare`` checks the cap again atomically when it reserves.
     """
+    if request.require_signal:
+        _require_figures(request)
     workspace, spec, ledger = _checked(request)
     unit = ledger.default_unit(spec.dataset)
     plan = budget_plan(spec, unit)
@@ -384,6 +396,7 @@ def plan(request: ReleaseRequest) -> tuple[Prediction, str | None]:
     """``fdptm plan``: the prediction for ``request`` (``fdptm.planning``) from its
     calibration and public words, and the lifetime cap's refusal if it would refuse it now
     (None otherwise). Reads no private data and reserves nothing."""
+    _require_figures(request)
     workspace, spec, ledger = _checked(request)
     calibration = calibrate(spec, ledger.default_unit(spec.dataset))
     try:
@@ -398,12 +411,6 @@ def prediction_of(
 ) -> Prediction:
     """``fdptm.planning.predict`` on the run's public word list (its --vocabulary, else
     ``planning.FALLBACK_WORDS``), after the run's PRE."""
-    if request.units is None or request.tokens_per_unit is None:
-        raise BadInputError(
-            "a prediction needs --units N and --tokens-per-unit L: the number of the dataset's "
-            "privacy units and the tokens one holds after PRE, as public figures you state "
-            "(a published or rounded count, not one read off the data)"
-        )
     source = request.vocabulary or planning.FALLBACK_WORDS
     words = public_vocabulary.load(source, workspace, spec.pre)
     chosen, kept = planning.simulated_vocabularies(request, spec, calibration, words)
@@ -443,7 +450,8 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     recovery.recover(workspace, spec.dataset)  # dead runs' reservations (schedules, API)
     spec = _shared(spec, ledger)
     calibration = calibrate(spec, ledger.default_unit(spec.dataset))
-    predicted(request, spec, calibration, workspace)
+    if request.require_signal:  # a scheduled run has no preflight; the CLI's already printed it
+        predicted(request, spec, calibration, workspace)
     owner = recovery.claim(workspace, spec.run_id)
     try:
         catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())
