@@ -149,7 +149,14 @@ class Row:
     kind: str = "release"  # release | reference
 
     def chosen(self, quick: bool, all_rows: bool) -> bool:
+        if ONLY_ROWS and self.key not in ONLY_ROWS:
+            return False
         return self.quick if quick else self.core or all_rows
+
+
+ONLY_ROWS: set[str] = set()
+"""``--rows``: the release rows to run (by key; empty: every row the other flags choose)."""
+BITERM = {"mechanism": "biterm"}
 
 
 WIDE_GRID = {"tune_iterations": "20,50,100", "tune_thresholds": "1,2,3"}
@@ -175,6 +182,8 @@ def rows_target1(zhu_tokens: int) -> list[Row]:
         Row("m1f0.25", "dp-vi, m1_fraction 0.25 (the earlier default)", {"m1_fraction": 0.25}),
         Row("zhu", f"FDPTM paper: set union + zhu (unproven), max_tokens_per_doc {zhu_tokens}",
             _zhu(zhu_tokens), quick=True, core=True),
+        Row("biterm", "biterm (one noisy biterm statistic, then a biterm model)", BITERM,
+            quick=True, core=True),
     ]  # fmt: skip
 
 
@@ -204,6 +213,9 @@ def rows_target2(zhu_tokens: int) -> list[Row]:
             pub | prior | {"m1": "bayesian-prior", "vocabulary_size": 500}),
         Row("zhu", f"FDPTM paper: set union + zhu (unproven), max_tokens_per_doc {zhu_tokens}",
             _zhu(zhu_tokens)),
+        Row("biterm", "biterm, no public data (set-union vocabulary)", BITERM, core=True),
+        Row("biterm-pubvocab", "biterm, vocabulary public:pub (m1 none)", pub | BITERM,
+            core=True),
     ]  # fmt: skip
 
 
@@ -228,6 +240,14 @@ def rows_target3(zhu_tokens: int) -> list[Row]:
             prior | {"m1_fraction": 0.5}),
         Row("zhu", f"FDPTM paper: set union + zhu (unproven), max_tokens_per_doc {zhu_tokens}",
             _zhu(zhu_tokens), core=True),
+        Row("biterm", "biterm, no public data (set-union vocabulary)", BITERM, quick=True,
+            core=True),
+        Row("biterm-pubvocab", "biterm, vocabulary public:pub (m1 none), no prior",
+            pub | BITERM, quick=True, core=True),
+        Row("biterm-pubvocab+prior", "biterm, vocabulary public:pub (m1 none) + prior pub",
+            pub | prior | BITERM, core=True),
+        Row("biterm-pubvocab-r20", "biterm, vocabulary public:pub (m1 none), 20 EM restarts",
+            pub | BITERM | {"m2_options": {"restarts": 20}}),
     ]  # fmt: skip
 
 
@@ -540,7 +560,7 @@ class Runner:
                 topics=topics,
                 seed=None,  # production: OpenDP's samplers and ChaCha20, never a seed
                 workspace=str(workspace.root),
-                **row.fields,
+                **({"mechanism": "dp-vi"} | row.fields),  # rows without one are dp-vi's
             )
             outcome = release(request)
         except Exception as exc:  # a failed release is a result: counted, never fatal
@@ -993,7 +1013,18 @@ def target4(runner: Runner, raw: list[str], tokens: list[list[str]], n: int) -> 
                     {"vocabulary": str(words_file), "m1": "none"}),
                 "real", real_tokens, real_texts,
             ),
+            (
+                Row("empty-wordfreq-biterm", "(a) as above, biterm",
+                    {"vocabulary": NOISE_WORDFREQ, "m1": "none"} | BITERM),
+                "empty", empty_tokens, empty_texts,
+            ),
+            (
+                Row("made-up-biterm", "(b) as above, biterm",
+                    {"vocabulary": str(words_file), "m1": "none"} | BITERM),
+                "real", real_tokens, real_texts,
+            ),
         ]  # fmt: skip
+        cells = [c for c in cells if not ONLY_ROWS or c[0].key in ONLY_ROWS]
         runner.info["t4"] = {
             "documents": NOISE_DOCS,
             "empty_tokens_after_pre": int(sum(map(len, empty_tokens))),
@@ -1461,31 +1492,19 @@ def headline(summary: dict) -> list[str]:
             f"{hits}/{g['runs']} | {word(met)} |"
         )
 
-    g3, g1 = _get(summary, "t1", "3", "default"), _get(summary, "t1", "1", "default")
-    add(
-        "1 (issue 28)",
-        g3,
-        "PHEME, eps 3, dp-vi defaults",
-        f"NPMI >= {T1_EPS3_NPMI}",
-        "npmi",
-        T1_EPS3_NPMI,
-    )
-    add(
-        "1 (issue 28)",
-        g3,
-        "PHEME, eps 3, dp-vi defaults",
-        f"gensim c_npmi >= {T1_EPS3_CNPMI}",
-        "c_npmi",
-        T1_EPS3_CNPMI,
-    )
-    add(
-        "1 (issue 28)",
-        g1,
-        "PHEME, eps 1, dp-vi defaults",
-        f"NPMI >= {T1_EPS1_NPMI}",
-        "npmi",
-        T1_EPS1_NPMI,
-    )
+    for key, name in (("default", "dp-vi defaults"), ("biterm", "biterm defaults")):
+        g3, g1 = _get(summary, "t1", "3", key), _get(summary, "t1", "1", key)
+        cell = f"PHEME, eps 3, {name}"
+        add("1 (issue 28)", g3, cell, f"NPMI >= {T1_EPS3_NPMI}", "npmi", T1_EPS3_NPMI)
+        add(
+            "1 (issue 28)", g3, cell, f"gensim c_npmi >= {T1_EPS3_CNPMI}", "c_npmi",
+            T1_EPS3_CNPMI,
+        )  # fmt: skip
+        add(
+            "1 (issue 28)", g1, f"PHEME, eps 1, {name}", f"NPMI >= {T1_EPS1_NPMI}", "npmi",
+            T1_EPS1_NPMI,
+        )  # fmt: skip
+    g3 = _get(summary, "t1", "3", "default")
     add(
         "1 (issue 10)",
         g3,
@@ -1569,6 +1588,12 @@ def render(results: dict) -> str:
         f"Command: `{results['command']}` · date {m['date']} · {m['cpu']} · {m['cores']} cores "
         f"(shared with other jobs) · Python {m['python']} · wall time "
         f"{results['seconds'] / 60:.1f} min{status}",
+        *[
+            f"Rows {', '.join(a['rows'])} replaced by: `{a['command']}` · date "
+            f"{a['machine']['date']} · {a['machine']['cpu']} · wall time "
+            f"{a['seconds'] / 60:.1f} min"
+            for a in results.get("additions", [])
+        ],
         "",
         "**Every DP figure below is from an unseeded production release**: "
         "`fdptm.flows.release.release(ReleaseRequest(..., seed=None))`, the same code path as "
@@ -1724,6 +1749,22 @@ def render(results: dict) -> str:
 # --------------------------------------------------------------------------- main
 
 
+def merged(results: dict, rows: list[str]) -> dict:
+    """The committed results with the release records of ``rows`` replaced by ``results``'s
+    (its references are dropped: the committed run has them), the run named in
+    ``additions``."""
+    committed = json.loads(JSON_OUT.read_text())
+    kept = [r for r in committed["records"] if r["kind"] != "release" or r["row"] not in rows]
+    new = [r for r in results["records"] if r["kind"] == "release"]
+    addition = {k: results[k] for k in ("command", "machine", "seconds")} | {"rows": rows}
+    for key, value in results["info"].items():
+        committed["info"].setdefault(key, value)
+    return committed | {
+        "records": kept + new,
+        "additions": [*committed.get("additions", []), addition],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -1757,7 +1798,20 @@ def main() -> None:
         "$TMPDIR/fdptm-utility-quick for --quick, --targets or fewer releases, so they never "
         "overwrite the committed results)",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --rows: replace those rows' release records in the committed results "
+        "(benchmarks/utility.json) by this run's, keep every other record, re-render utility.md",
+    )
+    parser.add_argument(
+        "--rows", default="", help="comma-separated row keys: run only these release rows "
+        "(the references still run)"
+    )  # fmt: skip
     args = parser.parse_args()
+    ONLY_ROWS.update(k.strip() for k in args.rows.split(",") if k.strip())
+    if args.merge and not ONLY_ROWS:
+        parser.error("--merge needs --rows")
     releases = args.releases or (QUICK_RELEASES if args.quick else RELEASES)
     noise_releases = args.noise_releases or (QUICK_NOISE_RELEASES if args.quick else NOISE_RELEASES)
     targets = {t.strip() for t in args.targets.split(",")}
@@ -1766,6 +1820,7 @@ def main() -> None:
         or targets != {"1", "2", "3", "4"}
         or releases < RELEASES
         or noise_releases < NOISE_RELEASES
+        or bool(ONLY_ROWS)
     )
     stem = args.out or (
         Path(tempfile.gettempdir()) / "fdptm-utility-quick" if partial_run else HERE / "utility"
@@ -1790,6 +1845,10 @@ def main() -> None:
         command += f" --noise-releases {args.noise_releases}"
     if targets != {"1", "2", "3", "4"}:
         command += f" --targets {args.targets}"
+    if ONLY_ROWS:
+        command += f" --rows {args.rows}"
+    if args.merge:
+        command += " --merge"
     header = {
         "command": command,
         "machine": machine(),
@@ -1814,6 +1873,10 @@ def main() -> None:
             log("target 4: pure noise")
             target4(runner, raw, tokens, noise_releases)
     results = runner.save(complete=True)
+    if args.merge:
+        results = merged(results, sorted(ONLY_ROWS))
+        JSON_OUT.write_text(json.dumps(results, indent=1, default=str) + "\n")
+        md_out = MD_OUT
     md_out.write_text(render(results) + "\n")
     print(md_out.read_text())
     log(f"wrote {md_out} and {json_out} ({results['seconds'] / 60:.1f} min)")

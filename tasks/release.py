@@ -24,7 +24,7 @@ import pandas as pd
 
 from fdptm.errors import FdptmError
 from fdptm.evaluation import significance
-from fdptm.evaluation.significance import EntryNoise
+from fdptm.evaluation.significance import PairEvidence, WordTest
 from fdptm.evaluation.topwords import row_floor
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import combine_notions, describe
@@ -94,8 +94,13 @@ def _digits(floor: float, lowest: float | None) -> int:
     return digits
 
 
+PRESENTED = ("evidence",)
+"""Released M2 outputs the manifest carries in its ``presentation`` block instead (a biterm
+release's word-list evidence), so that they are stated once."""
+
+
 def topic_summaries(
-    phi: np.ndarray, words: list[str], noise: EntryNoise | None, n: int = TOP_WORDS
+    phi: np.ndarray, words: list[str], noise: WordTest | None, n: int = TOP_WORDS
 ) -> list[dict]:
     """The manifest's ``topics``: per topic its floor (the row's minimum probability), its
     ``no_signal`` flag and up to n words that stand above the noise (``noise``: the test of
@@ -238,8 +243,10 @@ def build_manifest(
     m2_params = calibration.m2
     m2_guarantee = calibration.guarantee
     # with a public prior each entry carries eta + w n^pub, not the public constant the test
-    # subtracts: its prior words would pass as signal, so such a release is untested
-    noise = None if spec.prior else spec.m2.entry_noise(m2_params, released or {})
+    # subtracts: its prior words would pass as signal, so such a release is untested; a
+    # biterm release's test reads its noisy pair statistic, which no prior enters
+    test = spec.m2.entry_noise(m2_params, released or {})
+    noise = test if isinstance(test, PairEvidence) or not spec.prior else None
     batches = run_batches(spec)
     return {
         "manifest_version": 2,
@@ -292,8 +299,9 @@ def build_manifest(
                     None
                     if spec.prior is None
                     else f"public dataset {spec.prior!r}: non-private CGS topics on it, over "
-                    "this vocabulary, initialise the first E-step and are added to eta "
-                    "(times prior_weight) in every M-step; no privacy cost"
+                    "this vocabulary, initialise M2 (dp-vi's first E-step, biterm's first EM "
+                    "start) and are added to eta (times prior_weight) in every M-step; no "
+                    "privacy cost"
                 ),
                 "assumes": TUNED_ASSUMES if spec.tune else None,
                 "accounting": m2_guarantee.to_dict(),
@@ -302,7 +310,9 @@ def build_manifest(
                     "topics": spec.topics,
                     "options": spec.m2_options,
                 },
-                "released_parameters": released or {},
+                "released_parameters": {
+                    k: v for k, v in (released or {}).items() if k not in PRESENTED
+                },
                 "reference": spec.m2.summary,
             },
         ],

@@ -29,6 +29,12 @@ The model, deliberately simple so that its assumptions can be stated and checked
   noisy-CGS baselines) count tokens unclipped: (N / k) L ``TOP_SHARE``. Topics are
   predicted to stand above the noise when that count exceeds the cut-off of the release's
   word-list test (the same test), and the vocabulary has a word.
+* biterm tests pairs, not topic-word entries: a unit's n tokens give m pairs of positions
+  within its window, taken distinct (norm sqrt(m)) and clipped to C, of which a share
+  2 s1 s2 are its topic's strongest pair (its two most probable words, shares s1 =
+  ``TOP_SHARE`` and s2 = s1 / 2), so that pair's expected count is
+  (N / k) m 2 s1 s2 min(1, C / sqrt(m)), judged against the pair test's cut-off over the
+  V (V + 1) / 2 pairs; a public prior does not change the test.
 * Mechanisms without a noise model (spectral, topicdp, dp-vi with --tune) get the
   vocabulary's prediction only.
 
@@ -58,6 +64,8 @@ REPEATS = 10
 MAX_SIMULATED_TOKENS = 50_000_000
 """The largest synthetic corpus a plan simulates (about 1 GB of working memory)."""
 SIGNAL, NO_SIGNAL, UNKNOWN = "signal", "no signal", "unknown"
+PAIRS_MECHANISM = "biterm"
+"""The mechanism whose word lists are tested on its noisy pair statistic (``_top_pair``)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,8 @@ class Prediction:
     expected_top_count: float | None
     verdict: str
     advice: list[str] = field(default_factory=list)
+    strongest: str = "word"
+    """What the test judges: a topic's strongest word, or (biterm) its strongest pair."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,8 +97,9 @@ class Prediction:
         if self.verdict == UNKNOWN:
             return text + "; topics unknown (no public noise model)"
         return (
-            f"{text}; a topic's strongest word about {self.expected_top_count:.3g} against "
-            f"the noise cut-off {self.cutoff:.3g}: {self.verdict}"
+            f"{text}; a topic's strongest {self.strongest} about "
+            f"{self.expected_top_count:.3g} against the noise cut-off {self.cutoff:.3g}: "
+            f"{self.verdict}"
         )
 
     def lines(self) -> list[str]:
@@ -109,7 +120,7 @@ class Prediction:
             out.append("topics: unknown (this mechanism has no public model of its noise)")
             return out
         out.append(
-            f"topics: a topic's strongest word expected at a count of about "
+            f"topics: a topic's strongest {self.strongest} expected at a count of about "
             f"{self.expected_top_count:.3g}, against the noise cut-off {self.cutoff:.3g} "
             f"({self.noise['law']} noise of scale {self.noise['scale']:.3g} per entry)"
         )
@@ -191,18 +202,38 @@ def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_fr
         filled,
     )
     tokens = request.tokens_per_unit * float(np.median(kept))
+    words = max(round(expected), request.topics)
+    if request.mechanism == PAIRS_MECHANISM:  # tested on its pairs, with or without a prior
+        noise = EntryNoise("gaussian", calibration.m2.noise_std, 0.0)
+        cutoff = noise.cutoff(words * (words + 1) // 2, DEFAULT_ALPHA)
+        top = request.units / request.topics * _top_pair(tokens, calibration.m2)
+        verdict = SIGNAL if top > cutoff and expected >= 1 else NO_SIGNAL
+        advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
+        return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice, "pair")
     untested = request.tune or request.prior is not None  # as the release's manifest says
     noise = None if untested else _noise(mechanism(request.mechanism), calibration, tokens)
     if noise is None:
         return Prediction(*common, None, None, None, UNKNOWN)
-    entries = request.topics * max(round(expected), request.topics)
-    cutoff = noise.cutoff(entries, DEFAULT_ALPHA)
+    cutoff = noise.cutoff(request.topics * words, DEFAULT_ALPHA)
     top = request.units / request.topics * request.tokens_per_unit * TOP_SHARE
     if noise.law == "gaussian" and tokens > 0:  # dp-vi's clip
         top *= min(1.0, _clip(calibration.m2, tokens) / math.sqrt(tokens))
     verdict = SIGNAL if top > cutoff and expected >= 1 else NO_SIGNAL
     advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
     return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice)
+
+
+def _top_pair(tokens: float, params) -> float:
+    """A topical unit's expected clipped count of its topic's strongest pair (the two most
+    probable words, shares ``TOP_SHARE`` and half of it): of the unit's m pairs of positions
+    within the window, a share 2 s1 s2 are that pair; the unit's pairs are taken distinct,
+    so its norm is sqrt(m) and the clip scales it by min(1, C / sqrt(m))."""
+    n = max(round(tokens), 0)
+    pairs = sum(min(params.window - 1, n - 1 - a) for a in range(n))
+    if pairs == 0:
+        return 0.0
+    share = 2.0 * TOP_SHARE * (TOP_SHARE / 2.0)
+    return pairs * share * min(1.0, params.clip / math.sqrt(pairs))
 
 
 def _noise(m2, calibration, tokens: float) -> EntryNoise | None:

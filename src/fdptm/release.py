@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation import significance, topwords
-from fdptm.evaluation.significance import EntryNoise
+from fdptm.evaluation.significance import WordTest
 from fdptm.storage.objectstore import filesystem
 from fdptm.tasks.sources import is_url, shown
 
@@ -98,7 +98,7 @@ class Release:
         return self.topic_word.shape[0]
 
     @property
-    def noise(self) -> EntryNoise | None:
+    def noise(self) -> WordTest | None:
         """The public law of an entry's noise the manifest states (its ``presentation``), by
         which words are tested; None for a mechanism without one (or an older manifest)."""
         return significance.noise_of(self.manifest.get("presentation") or {})

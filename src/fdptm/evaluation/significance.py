@@ -95,6 +95,59 @@ class EntryNoise:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PairEvidence:
+    """The word-list test of a biterm release (``fdptm.mechanisms.biterm``, "Word lists"):
+    each of ``entries`` noisy pair counts carries Gaussian noise of standard deviation
+    ``scale``; a pair is significant above ``cutoff`` (the union bound over the entries,
+    as for ``EntryNoise``), and (``topic[i]``, ``word[i]``) has ``value[i]``, the largest
+    noisy count of the significant pairs holding that word that the fitted model assigns to
+    that topic (kept for values above the cut-off at alpha = 1/2). A word is listed in a
+    topic when its value passes the cut-off at the caller's alpha (at most 1/2)."""
+
+    scale: float
+    entries: int
+    topic: tuple[int, ...]
+    word: tuple[int, ...]
+    value: tuple[float, ...]
+
+    def cutoff(self, alpha: float) -> float:
+        """The value a pair must exceed so that the chance any null pair does is <= alpha."""
+        return EntryNoise("gaussian", self.scale, 0.0).cutoff(self.entries, alpha)
+
+    def mask(self, shape: tuple[int, int], alpha: float) -> np.ndarray:
+        """k x V: the (topic, word) entries listed at family-wise error ``alpha``."""
+        if not alpha <= 0.5:
+            raise ValueError(
+                f"this release's evidence covers alpha up to 0.5, not {alpha}: its pairs "
+                "below that cut-off were not released"
+            )
+        out = np.zeros(shape, dtype=bool)
+        value = np.asarray(self.value, dtype=np.float64)
+        passed = value > self.cutoff(alpha)
+        topic = np.asarray(self.topic, dtype=np.int64)
+        word = np.asarray(self.word, dtype=np.int64)
+        out[topic[passed], word[passed]] = True
+        return out
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, block: dict) -> PairEvidence:
+        return cls(
+            float(block["scale"]),
+            int(block["entries"]),
+            tuple(int(z) for z in block["topic"]),
+            tuple(int(w) for w in block["word"]),
+            tuple(float(v) for v in block["value"]),
+        )
+
+
+WordTest = EntryNoise | PairEvidence
+"""What a release's word lists are tested by: per-entry noise, or a biterm's pair evidence."""
+
+
 def recovered_counts(phi: np.ndarray, floor: float) -> np.ndarray:
     """X^_kw = floor (phi_kw / min_w phi_kw - 1): each entry's count above the floor, never
     more than the statistic's (module docstring)."""
@@ -102,13 +155,26 @@ def recovered_counts(phi: np.ndarray, floor: float) -> np.ndarray:
     return floor * (phi / phi.min(axis=1, keepdims=True) - 1.0)
 
 
-def significant(phi: np.ndarray, noise: EntryNoise, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
-    """Mask of the entries above ``noise.cutoff`` over all k x V entries of ``phi``."""
+def significant(phi: np.ndarray, noise: WordTest, alpha: float = DEFAULT_ALPHA) -> np.ndarray:
+    """Mask of the listed entries of ``phi``: above ``noise.cutoff`` over all its k x V
+    entries, or, for a biterm release, those its pair evidence supports."""
+    if isinstance(noise, PairEvidence):
+        return noise.mask(phi.shape, alpha)
     return recovered_counts(phi, noise.floor) > noise.cutoff(phi.size, alpha)
 
 
-def presentation(noise: EntryNoise | None, entries: int, alpha: float = DEFAULT_ALPHA) -> dict:
+def presentation(noise: WordTest | None, entries: int, alpha: float = DEFAULT_ALPHA) -> dict:
     """The manifest's ``presentation`` block: the test its word lists passed, or why none."""
+    if isinstance(noise, PairEvidence):
+        return {
+            "test": "one-sided, per word pair of the noisy biterm statistic, family-wise error "
+            "over all its pairs at most alpha (Bonferroni); a word is listed in the topic its "
+            "significant pairs are assigned to; fdptm/mechanisms/biterm.py",
+            "alpha": alpha,
+            "entries": noise.entries,
+            "cutoff": noise.cutoff(alpha),
+            "evidence": noise.to_dict(),
+        }
     if noise is None or entries > MAX_ENTRIES:
         return {
             "test": None,
@@ -126,15 +192,19 @@ def presentation(noise: EntryNoise | None, entries: int, alpha: float = DEFAULT_
     }
 
 
-def noise_of(block: dict) -> EntryNoise | None:
-    """The ``EntryNoise`` a manifest's ``presentation`` block states (None: untested)."""
-    return None if block.get("test") is None else EntryNoise(**block["noise"])
+def noise_of(block: dict) -> WordTest | None:
+    """The test a manifest's ``presentation`` block states (None: untested)."""
+    if block.get("test") is None:
+        return None
+    if "evidence" in block:
+        return PairEvidence.from_dict(block["evidence"])
+    return EntryNoise(**block["noise"])
 
 
 def listed(
     phi: np.ndarray,
     words: list[str],
-    noise: EntryNoise | None,
+    noise: WordTest | None,
     alpha: float = DEFAULT_ALPHA,
     n: int = 10,
 ) -> tuple[list[list[tuple[str, float]]], list[bool]]:
@@ -142,7 +212,7 @@ def listed(
     in column order), and whether the topic is ``no_signal``: the words ``significant``
     under ``noise``, and no_signal when there is none; with no model (None), the floor rule
     of ``fdptm.evaluation.topwords`` (untested)."""
-    if noise is None or phi.size > MAX_ENTRIES:
+    if noise is None or (isinstance(noise, EntryNoise) and phi.size > MAX_ENTRIES):
         silent = topwords.no_signal(phi)
         lists = topwords.top_words(phi, words, n)
         return [[] if flag else topic for topic, flag in zip(lists, silent, strict=True)], silent

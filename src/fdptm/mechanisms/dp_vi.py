@@ -660,22 +660,27 @@ def prepare(corpus: Corpus, adjacency: Adjacency) -> VariationalCorpus:
     adding or removing one author adds or removes at most one unit (which the private
     clipping norm's quantile relies on).
     """
-    _check_corpus(corpus)
-    n_docs, n_words = corpus.n_docs, corpus.n_words
-    every = np.arange(n_docs + 1, dtype=np.int64)
+    check_corpus(corpus)
+    every = np.arange(corpus.n_docs + 1, dtype=np.int64)
     doc_ptr, words, counts = distinct_per_unit(every, every[:-1], corpus.doc_ptr, corpus.words)
+    unit_ptr, unit_docs = unit_layout(corpus, adjacency)
+    return VariationalCorpus(doc_ptr, words, counts, unit_ptr, unit_docs, corpus.n_words)
+
+
+def unit_layout(corpus: Corpus, adjacency: Adjacency) -> tuple[np.ndarray, np.ndarray]:
+    """(unit_ptr, unit_docs): unit u owns the documents unit_docs[unit_ptr[u]:unit_ptr[u + 1]]
+    (``prepare``: authors renumbered densely at author level, else one unit per document)."""
+    n_docs = corpus.n_docs
     if adjacency == Adjacency.DOCUMENT or corpus.doc_author is None:
-        unit_ptr = np.arange(n_docs + 1, dtype=np.int64)
-        unit_docs = np.arange(n_docs, dtype=np.int64)
-    else:
-        codes, authors = np.unique(np.asarray(corpus.doc_author), return_inverse=True)
-        unit_docs = np.argsort(authors, kind="stable").astype(np.int64)
-        unit_ptr = np.zeros(len(codes) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(authors, minlength=len(codes)), out=unit_ptr[1:])
-    return VariationalCorpus(doc_ptr, words, counts, unit_ptr, unit_docs, n_words)
+        return np.arange(n_docs + 1, dtype=np.int64), np.arange(n_docs, dtype=np.int64)
+    codes, authors = np.unique(np.asarray(corpus.doc_author), return_inverse=True)
+    unit_docs = np.argsort(authors, kind="stable").astype(np.int64)
+    unit_ptr = np.zeros(len(codes) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(authors, minlength=len(codes)), out=unit_ptr[1:])
+    return unit_ptr, unit_docs
 
 
-def _check_corpus(corpus: Corpus) -> None:
+def check_corpus(corpus: Corpus) -> None:
     """Reject corpora the kernels cannot index safely. A corpus without tokens is not
     refused: it trains to noise around eta, as every corpus does, so whether a release fails
     never depends on the data (the budget is spent when M2 starts)."""

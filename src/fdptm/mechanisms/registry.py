@@ -39,7 +39,7 @@ from fdptm.mechanisms.guarantee import (
 from fdptm.privacy.adjacency import Adjacency
 
 if TYPE_CHECKING:
-    from fdptm.evaluation.significance import EntryNoise
+    from fdptm.evaluation.significance import WordTest
 
 
 class M2Params(Protocol):
@@ -71,7 +71,7 @@ class Implementation:
     params: ParamsFunction
     train: Trainer
     public_check: Callable[[Any, int], None] | None = None
-    entry_noise: Callable[[Any, dict], EntryNoise] | None = None
+    entry_noise: Callable[[Any, dict], WordTest | None] | None = None
     """The public law of each released entry's noise, given the calibrated parameters and
     the parameters M2 released (``fdptm.evaluation.significance``); None: no such model."""
 
@@ -167,7 +167,7 @@ class Mechanism:
         if check is not None:
             check(params, n_words)
 
-    def entry_noise(self, params: Any, released: dict) -> EntryNoise | None:
+    def entry_noise(self, params: Any, released: dict) -> WordTest | None:
         """The law of a released entry's noise (None when the mechanism has no model of it:
         its word lists are then untested, ``fdptm.evaluation.significance``)."""
         model = self.implementation.entry_noise
@@ -249,6 +249,18 @@ def _dp_vi() -> Implementation:
     from fdptm.mechanisms import dp_vi
 
     return Implementation(dp_vi.dp_vi_params, dp_vi.train_dp_vi, entry_noise=dp_vi.entry_noise)
+
+
+@cache
+def _biterm() -> Implementation:
+    from fdptm.mechanisms import biterm
+
+    return Implementation(
+        biterm.biterm_params,
+        biterm.train_biterm,
+        biterm.check_vocabulary,
+        entry_noise=biterm.entry_noise,
+    )
 
 
 @cache
@@ -349,6 +361,15 @@ MECHANISMS: dict[str, Mechanism] = {
             True,
             _same_unit,
             _dp_vi,
+            trains_on_oov=False,
+        ),
+        Mechanism(
+            "biterm",
+            "one noisy biterm statistic (per-author clipped, Gaussian), then a biterm model",
+            APPROXIMATE_DP,
+            True,
+            _same_unit,
+            _biterm,
             trains_on_oov=False,
         ),
     ]

@@ -1,0 +1,111 @@
+"""Biterm statistics: per privacy unit, the counts of unordered word pairs that co-occur within
+a window of a document, clipped in L2 and summed exactly in integer grid units.
+
+Corpus layout as ``fdptm.mechanisms.lda.Corpus`` (document ``d`` owns the tokens
+``words[doc_ptr[d]:doc_ptr[d + 1]]`` in document order); units own the documents
+``unit_docs[unit_ptr[u]:unit_ptr[u + 1]]``. A pair {i, j} (i <= j) is stored at
+``pair_index(i, j, V)``, the row-major position of (i, j) in the upper triangle of a V x V
+matrix, diagonal included: V (V + 1) / 2 entries. The kernels hold no random state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_SHRINK = 1.0 - 2.0**-20
+"""Factor a unit's grid scale is cut by when its rounded term fails the exact norm check."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def pair_index(i, j, n_words):
+    """Position of the pair (i, j), i <= j, in the row-major upper triangle (diagonal
+    included): row i starts after sum_{r < i} (V - r) = i V - i (i - 1) / 2 entries."""
+    return i * n_words - (i * (i - 1)) // 2 + (j - i)
+
+
+@njit(cache=True, nogil=True)
+def _unit_pairs(u, unit_ptr, unit_docs, doc_ptr, words, n_words, window):
+    """Sorted distinct pair indices of unit ``u`` and their counts (float64): every pair of
+    token positions a < b of one of its documents with b - a < ``window``."""
+    total = 0
+    for jj in range(unit_ptr[u], unit_ptr[u + 1]):
+        d = unit_docs[jj]
+        length = doc_ptr[d + 1] - doc_ptr[d]
+        for a in range(length):
+            total += min(window - 1, length - 1 - a)
+    keys = np.empty(total, dtype=np.int64)
+    p = 0
+    for jj in range(unit_ptr[u], unit_ptr[u + 1]):
+        d = unit_docs[jj]
+        lo, hi = doc_ptr[d], doc_ptr[d + 1]
+        for a in range(lo, hi):
+            for b in range(a + 1, min(hi, a + window)):
+                i, j = words[a], words[b]
+                if i > j:
+                    i, j = j, i
+                keys[p] = pair_index(np.int64(i), np.int64(j), n_words)
+                p += 1
+    keys.sort()
+    distinct = np.empty(total, dtype=np.int64)
+    counts = np.zeros(total)
+    m = 0
+    for t in range(total):
+        if m == 0 or keys[t] != distinct[m - 1]:
+            distinct[m] = keys[t]
+            m += 1
+        counts[m - 1] += 1.0
+    return distinct[:m], counts[:m]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _squared_units(counts, scale):
+    """sum of floor(scale x count)^2 in int64 (exact: each term is at most the limit)."""
+    total = np.int64(0)
+    for t in range(counts.shape[0]):
+        q = np.int64(scale * counts[t])
+        total += q * q
+    return total
+
+
+@njit(cache=True, nogil=True)
+def clipped_pair_sums(
+    unit_ptr, unit_docs, doc_ptr, words, n_words, window, clip, per_unit, limit, stats
+):
+    """stats += sum over every unit u of q_u, its biterm counts b_u clipped to L2 norm
+    ``clip`` in integer units of the grid 1 / ``per_unit``.
+
+    q_u = floor(f b_u) with f = ``per_unit`` min(1, C / ||b_u||_2) (b_u >= 0, so floor
+    rounds towards zero), after checking in exact integer arithmetic that sum q_u^2 <=
+    ``limit`` (the caller's floor(C per_unit)^2); while it fails, f is cut by 2^-20. So
+    every unit's term has L2 norm at most sqrt(limit) grid units whatever the rounding, and
+    the int64 sum is exact and independent of the order of the units
+    (``fdptm.mechanisms.dp_vi``, "Exact sums"). ``stats`` is accumulated into.
+    """
+    for u in range(unit_ptr.shape[0] - 1):
+        distinct, counts = _unit_pairs(u, unit_ptr, unit_docs, doc_ptr, words, n_words, window)
+        if distinct.shape[0] == 0:
+            continue
+        norm = math.sqrt(np.sum(counts * counts))
+        scale = per_unit if norm <= clip else per_unit * (clip / norm)
+        while _squared_units(counts, scale) > limit:
+            scale *= _SHRINK
+        for t in range(distinct.shape[0]):
+            stats[distinct[t]] += np.int64(scale * counts[t])
+
+
+@njit(cache=True, nogil=True)
+def pair_rows(n_words):
+    """(I, J): the words of every pair position, I <= J, in ``pair_index`` order."""
+    size = n_words * (n_words + 1) // 2
+    rows = np.empty(size, dtype=np.int64)
+    cols = np.empty(size, dtype=np.int64)
+    p = 0
+    for i in range(n_words):
+        for j in range(i, n_words):
+            rows[p] = i
+            cols[p] = j
+            p += 1
+    return rows, cols

@@ -1,0 +1,239 @@
+"""M2 ``biterm`` (``fdptm.mechanisms.biterm``, issue 28 item 5): the pair statistic against a
+reference, the per-unit clipping that gives its sensitivity, exact sums, the calibration
+against the accountant and the analytic Gaussian, the noise scale against the formula (seeded
+and OpenDP), the word-list test on pure noise and on planted topics, and a real release
+through the pipeline. Seeded noise except where OpenDP is named: tests, not evidence."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fdptm.evaluation import significance
+from fdptm.evaluation.significance import DEFAULT_ALPHA, PairEvidence
+from fdptm.kernels import biterm as kernel
+from fdptm.mechanisms import biterm, dp_vi
+from fdptm.mechanisms.lda import Corpus
+from fdptm.privacy.adjacency import Adjacency
+from fdptm.privacy.noise import NoiseSource
+
+RELEASES = 100
+# At most 1% of pure-noise releases may list a word; P(Binomial(100, 0.01) >= 5) = 0.0034.
+MOST_FALSE = int(stats.binom.isf(0.005, RELEASES, DEFAULT_ALPHA))
+
+
+def _params(epsilon: float = 3.0, n_topics: int = 2, **options) -> biterm.BitermParams:
+    return biterm.biterm_params(
+        epsilon,
+        1e-5,
+        n_topics=n_topics,
+        adjacency=options.pop("adjacency", Adjacency.DOCUMENT),
+        max_docs_per_author=1,
+        **options,
+    )
+
+
+def _corpus(docs: list[list[int]], n_words: int, authors: list[int] | None = None) -> Corpus:
+    return Corpus(
+        np.cumsum([0] + [len(d) for d in docs]).astype(np.int64),
+        np.asarray([w for d in docs for w in d], dtype=np.int32),
+        n_words,
+        None if authors is None else np.asarray(authors, dtype=np.int64),
+    )
+
+
+def _sums(corpus: Corpus, params: biterm.BitermParams) -> np.ndarray:
+    unit_ptr, unit_docs = dp_vi.unit_layout(corpus, params.adjacency)
+    stats_ = np.zeros(biterm.pair_positions(corpus.n_words), dtype=np.int64)
+    kernel.clipped_pair_sums(
+        unit_ptr,
+        unit_docs,
+        corpus.doc_ptr,
+        corpus.words.astype(np.int64),
+        np.int64(corpus.n_words),
+        np.int64(params.window),
+        params.clip,
+        1.0 / dp_vi.statistic_grid(params.clip),
+        dp_vi.unit_bound(params.clip) ** 2,
+        stats_,
+    )
+    return stats_
+
+
+def _reference_term(docs: list[list[int]], n_words: int, params: biterm.BitermParams) -> dict:
+    """One unit's clipped term in grid units, computed the slow, obvious way."""
+    counts: dict[tuple[int, int], float] = {}
+    for doc in docs:
+        for a, b in itertools.combinations(range(len(doc)), 2):
+            if b - a < params.window:
+                pair = tuple(sorted((doc[a], doc[b])))
+                counts[pair] = counts.get(pair, 0.0) + 1.0
+    norm = math.sqrt(sum(c * c for c in counts.values()))
+    grid = dp_vi.statistic_grid(params.clip)
+    scale = (1.0 / grid) * min(1.0, params.clip / norm) if counts else 0.0
+    limit = dp_vi.unit_bound(params.clip) ** 2
+    while sum(int(scale * c) ** 2 for c in counts.values()) > limit:
+        scale *= 1.0 - 2.0**-20
+    return {p: int(scale * c) for p, c in counts.items()}
+
+
+def test_pair_positions_round_trip():
+    n = 7
+    rows, cols = kernel.pair_rows(n)
+    assert len(rows) == biterm.pair_positions(n) == 28
+    positions = np.arange(len(rows))
+    for i, j, p in zip(rows, cols, positions, strict=True):
+        assert kernel.pair_index(i, j, n) == p and i <= j
+    back_rows, back_cols = biterm._pairs_of(positions, n)
+    assert np.array_equal(back_rows, rows) and np.array_equal(back_cols, cols)
+
+
+def test_each_unit_adds_its_clipped_pairs_exactly():
+    """Per unit: the pairs within the window, clipped to C and floored on the grid, equal a
+    direct computation; a unit's squared norm never exceeds the bound in grid units."""
+    params = _params(window=3, clip=1.5, adjacency=Adjacency.AUTHOR)
+    gen = np.random.default_rng(0)
+    for _ in range(20):
+        docs = [list(gen.integers(0, 9, gen.integers(0, 12))) for _ in range(gen.integers(1, 4))]
+        got = _sums(_corpus(docs, 9, [5] * len(docs)), params)
+        expected = np.zeros_like(got)
+        for (i, j), q in _reference_term(docs, 9, params).items():
+            expected[kernel.pair_index(i, j, 9)] = q
+        assert np.array_equal(got, expected)
+        assert int(np.sum(got.astype(object) ** 2)) <= dp_vi.unit_bound(params.clip) ** 2
+
+
+def test_adding_an_author_moves_the_sum_by_that_authors_term_alone():
+    """The sensitivity argument: neighbours differ by exactly one clipped term (L2 at most
+    floor(C / g) grid units), and the sum does not depend on the units' order."""
+    params = _params(adjacency=Adjacency.AUTHOR)
+    gen = np.random.default_rng(1)
+    docs = [list(gen.integers(0, 12, gen.integers(2, 30))) for _ in range(60)]
+    authors = list(gen.integers(0, 15, 60))
+    without = _sums(_corpus(docs, 12, authors), params)
+    added = docs + [list(gen.integers(0, 12, 40)) for _ in range(7)]
+    with_author = _sums(_corpus(added, 12, authors + [99] * 7), params)
+    term = _sums(_corpus(added[60:], 12, [99] * 7), params)
+    assert np.array_equal(with_author - without, term)
+    assert int(np.sum(term.astype(object) ** 2)) <= dp_vi.unit_bound(params.clip) ** 2
+    order = gen.permutation(60)
+    shuffled = _sums(_corpus([docs[i] for i in order], 12, [authors[i] for i in order]), params)
+    assert np.array_equal(shuffled, without)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.5, 3.0])
+def test_the_noise_multiplier_meets_epsilon_and_is_nearly_the_exact_gaussians(epsilon):
+    """One Gaussian step: the PLD accountant's epsilon at z is at most the target, and the
+    analytic Gaussian (exact for the continuous Gaussian) at z is at most it too and within
+    2% (PLD's pessimistic discretisation); RDP, looser, needs a larger z."""
+    params = _params(epsilon)
+    assert params.accountant_epsilon <= epsilon
+    assert epsilon * 0.98 <= params.basic_epsilon <= epsilon
+    assert _params(epsilon, accountant="rdp").noise_multiplier > params.noise_multiplier
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_the_noise_on_every_pair_has_the_stated_sd(seed):
+    """Pure noise (a corpus without a pair): B~ has mean 0 and sd z C, seeded (numpy) and
+    unseeded (OpenDP's discrete Gaussian). n = P entries: the sample mean is within 5
+    standard errors of 0 and the sample variance within 5 of its sd sqrt(2 / (n - 1))."""
+    params = _params(1.0)
+    empty = _corpus([[3]], 60)
+    noisy = biterm.noisy_biterms(empty, params, NoiseSource.create(seed))
+    n, s = noisy.size, params.noise_std
+    assert abs(noisy.mean()) < 5 * s / math.sqrt(n)
+    assert abs(noisy.var(ddof=1) / s**2 - 1) < 5 * math.sqrt(2 / (n - 1))
+
+
+def test_no_word_of_pure_noise_biterm_releases_is_listed():
+    """No pair of private data anywhere: at most MOST_FALSE of 100 releases list any word
+    (the Bonferroni cut-off over all P pairs at alpha 1%), though EM fits topics to the
+    noise the threshold keeps."""
+    params = _params(3.0, n_topics=5, restarts=1, em_iterations=50)
+    words = [f"w{i}" for i in range(100)]
+    listing = 0
+    for seed in range(RELEASES):
+        released: dict = {}
+        phi = biterm.train_biterm(
+            _corpus([[1]], 100), 5, params, NoiseSource.create(seed), released=released
+        )
+        assert phi.shape == (5, 100) and np.allclose(phi.sum(axis=1), 1.0)
+        test = biterm.entry_noise(params, released)
+        _, silent = significance.listed(phi, words, test)
+        listing += not all(silent)
+    assert listing <= MOST_FALSE
+
+
+def test_planted_topics_are_found_and_listed():
+    """Two planted topics of 5 words over 400 documents of 20 tokens, epsilon 3: each topic
+    lists exactly its planted words (seed 0)."""
+    gen = np.random.default_rng(0)
+    planted = [np.arange(5), np.arange(5, 10)]
+    docs = [list(gen.choice(planted[d % 2], 20)) for d in range(400)]
+    params = _params(3.0)
+    released: dict = {}
+    phi = biterm.train_biterm(
+        _corpus(docs, 200), 2, params, NoiseSource.create(0), released=released
+    )
+    lists, silent = significance.listed(
+        phi, [f"w{i}" for i in range(200)], biterm.entry_noise(params, released)
+    )
+    assert not any(silent)
+    found = sorted(sorted(int(w[1:]) for w, _ in topic) for topic in lists)
+    assert found == [list(range(5)), list(range(5, 10))]
+
+
+def test_pair_evidence_applies_any_alpha_up_to_a_half():
+    test = PairEvidence(2.0, 1000, (0, 0, 1), (3, 4, 5), (20.0, 9.0, 12.0))
+    strict, loose = test.mask((2, 6), 0.001), test.mask((2, 6), 0.5)
+    assert np.all(loose[strict]) and strict.sum() < loose.sum()
+    assert test.cutoff(0.01) == pytest.approx(
+        2.0 * significance.SLACK * math.sqrt(2 * math.log(1000 / 0.01))
+    )
+    with pytest.raises(ValueError, match=r"0\.5"):
+        test.mask((2, 6), 0.6)
+    assert PairEvidence.from_dict(test.to_dict()) == test
+
+
+def test_a_vocabulary_with_too_many_pairs_is_refused_before_reading():
+    from fdptm.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="smaller vocabulary"):
+        biterm.check_vocabulary(_params(), 4000)
+    biterm.check_vocabulary(_params(), 3000)
+
+
+def test_a_biterm_release_states_its_test_once_and_lists_by_it(small, prefect_harness):
+    """A real seeded release: the manifest's ``presentation`` carries the pair evidence (and
+    ``released_parameters`` does not repeat it), every topic is tested, and
+    ``Release.top_words`` lists what the manifest does: the two word groups of ``small``."""
+    from fdptm import load_release
+    from fdptm.cli import main
+    from fdptm.storage.catalog import Catalog
+
+    args = ["release", "--dataset", "small", "--delta", "1e-5", "--topics", "2", "--seed", "1"]
+    args += ["--workspace", str(small.root), "--epsilon", "8", "--mechanism", "biterm"]
+    words = small.root / "words.txt"
+    groups = [["apple", "banana", "cherry", "grape"], ["durian", "elderberry", "fig", "lemon"]]
+    words.write_text("\n".join(groups[0] + groups[1]))
+    args += ["--vocabulary", str(words), "--m1", "none"]
+    assert main(args) == 0
+    (run,) = Catalog(small).query("SELECT run_id FROM runs WHERE kind = 'release'")
+    release = load_release(small.root / "releases" / run["run_id"])
+    block = release.manifest["presentation"]
+    assert block["alpha"] == DEFAULT_ALPHA and "evidence" in block
+    train = next(s for s in release.manifest["stages"] if s["stage"] == "train")
+    assert train["mechanism"] == "biterm" and "evidence" not in train["released_parameters"]
+    assert release.guarantee["adjacency"] == "document"
+    assert all(t["tested"] for t in release.manifest["topics"])
+    shown = [[w["word"] for w in t["words"]] for t in release.manifest["topics"]]
+    assert shown == [[w for w, _ in topic] for topic in release.top_words()]
+    groups = sorted(sorted(words) for words in shown)
+    assert groups == [
+        ["apple", "banana", "cherry", "grape"],
+        ["durian", "elderberry", "fig", "lemon"],
+    ]
