@@ -1019,6 +1019,11 @@ def target4(runner: Runner, raw: list[str], tokens: list[list[str]], n: int) -> 
                 "empty", empty_tokens, empty_texts,
             ),
             (
+                Row("empty-setunion-biterm", "(a') as above, biterm",
+                    BITERM),
+                "empty", empty_tokens, empty_texts,
+            ),
+            (
                 Row("made-up-biterm", "(b) as above, biterm",
                     {"vocabulary": str(words_file), "m1": "none"} | BITERM),
                 "real", real_tokens, real_texts,
