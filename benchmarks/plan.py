@@ -1,6 +1,7 @@
 """How often ``fdptm plan`` predicts what a real release gives (issue 28, item 3).
 
     python benchmarks/plan.py                # the grid: writes benchmarks/plan.{json,md}
+    python benchmarks/plan.py --mechanism dp-vi   # another M2: benchmarks/plan_dp-vi.*
     python benchmarks/plan.py --quick        # 2 cells, to $TMPDIR/fdptm-plan-quick.*
 
 Synthetic author-level corpora with a heavy tail, public by construction: the words are the
@@ -9,7 +10,8 @@ comparison tests the model, not the stand-in), k planted topics (each a Dirichle
 distribution over its own 100 of those words) mixed half and half with the background
 frequencies, one topic per document of ``DOC_TOKENS`` tokens; authors' document counts
 Pareto(1.2) (at least 1), one author holding a fifth of the documents. Grid: epsilon 1, 3,
-10; k 5, 20; 100, 1,000, 10,000 authors (delta 1e-5, every other option at its default).
+10; k 5, 20; 100, 1,000, 10,000 authors (delta 1e-5, the M2 ``--mechanism``, default the
+release default, every other option at its default).
 
 Per cell one unseeded production release (OpenDP noise) and one plan, the plan told the
 true number of authors and the mean tokens an author keeps (min(documents,
@@ -64,9 +66,9 @@ def corpus(authors: int, k: int, words: list[str], p: np.ndarray, gen) -> list[d
     return rows
 
 
-def outcome(dataset, epsilon: float, k: int) -> str:
+def outcome(dataset, epsilon: float, k: int, mechanism: str) -> str:
     try:
-        release = dataset.release(epsilon=epsilon, delta=1e-5, topics=k)
+        release = dataset.release(epsilon=epsilon, delta=1e-5, topics=k, mechanism=mechanism)
     except Exception as exc:
         return f"fail ({type(exc).__name__})"
     assert not release.guarantee["seeded"]
@@ -75,9 +77,13 @@ def outcome(dataset, epsilon: float, k: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--mechanism", default=DEFAULT_MECHANISM)
     args = parser.parse_args()
-    out = Path(tempfile.gettempdir()) / "fdptm-plan-quick" if args.quick else HERE / "plan"
+    stem = "plan" if args.mechanism == DEFAULT_MECHANISM else f"plan_{args.mechanism}"
+    out = Path(tempfile.gettempdir()) / "fdptm-plan-quick" if args.quick else HERE / stem
     grid = [(e, k, n) for n in AUTHORS for e in EPSILONS for k in TOPICS]
     if args.quick:
         grid = [(10.0, 5, 100), (1.0, 20, 100)]
@@ -108,9 +114,14 @@ def main() -> None:
                 datasets[key] = (dataset, int(np.mean(kept) * DOC_TOKENS))
             dataset, tokens = datasets[key]
             prediction = dataset.plan(
-                epsilon=eps, delta=1e-5, topics=k, units=n, tokens_per_unit=tokens
+                epsilon=eps,
+                delta=1e-5,
+                topics=k,
+                units=n,
+                tokens_per_unit=tokens,
+                mechanism=args.mechanism,
             )
-            result = outcome(dataset, eps, k)
+            result = outcome(dataset, eps, k, args.mechanism)
             agree = prediction.verdict == result
             cells.append(
                 {
@@ -130,6 +141,7 @@ def main() -> None:
                 flush=True,
             )
             report = {
+                "mechanism": args.mechanism,
                 "command": " ".join(["python benchmarks/plan.py", *sys.argv[1:]]),
                 "code": code_version(),
                 "machine": machine(),
@@ -155,7 +167,7 @@ def render(r: dict) -> str:
         "# fdptm plan against real releases",
         "",
         f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"code {r['code']}",
+        f"code {r['code']} · M2 {r.get('mechanism', 'dp-vi')}",
         "",
         "One unseeded production release and one plan per cell, on synthetic author-level "
         "corpora with a heavy tail (module docstring). Target (issue 28): the plan's verdict "

@@ -311,7 +311,9 @@ def build_manifest(
                     "options": spec.m2_options,
                 },
                 "released_parameters": {
-                    k: v for k, v in (released or {}).items() if k not in PRESENTED
+                    k: v
+                    for k, v in (released or {}).items()
+                    if not (k in PRESENTED and isinstance(noise, PairEvidence))
                 },
                 "reference": spec.m2.summary,
             },

@@ -343,7 +343,11 @@ class DPTopicModel(*_BASES):  # type: ignore[misc]
             "max_tokens_per_doc": self.max_tokens_per_doc,
             "iterations": iterations,
         }
-        params = m.params(epsilon, delta, context, dict(options))
+        options = dict(options)
+        if "window" in m.options() and "window" not in options:
+            # a count matrix has no word order: pair every two tokens of a document
+            options["window"] = max(2, self.max_tokens_per_doc)
+        params = m.params(epsilon, delta, context, options)
         m.check_public(params, counts.shape[1] + 1)
         return m, k, seed, params, counts, units
 

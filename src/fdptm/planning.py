@@ -33,8 +33,10 @@ The model, deliberately simple so that its assumptions can be stated and checked
   within its window, taken distinct (norm sqrt(m)) and clipped to C, of which a share
   2 s1 s2 are its topic's strongest pair (its two most probable words, shares s1 =
   ``TOP_SHARE`` and s2 = s1 / 2), so that pair's expected count is
-  (N / k) m 2 s1 s2 min(1, C / sqrt(m)), judged against the pair test's cut-off over the
-  V (V + 1) / 2 pairs; a public prior does not change the test.
+  (N / k) m 2 s1 s2 min(1, C / sqrt(m)) (an upper estimate: repeated pairs raise a unit's
+  norm, and an author's tokens spread over several documents make fewer pairs), judged
+  against the pair test's cut-off over the V (V + 1) / 2 pairs; a public prior does not
+  change the test.
 * Mechanisms without a noise model (spectral, topicdp, dp-vi with --tune) get the
   vocabulary's prediction only.
 
@@ -226,10 +228,12 @@ def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_fr
 def _top_pair(tokens: float, params) -> float:
     """A topical unit's expected clipped count of its topic's strongest pair (the two most
     probable words, shares ``TOP_SHARE`` and half of it): of the unit's m pairs of positions
-    within the window, a share 2 s1 s2 are that pair; the unit's pairs are taken distinct,
-    so its norm is sqrt(m) and the clip scales it by min(1, C / sqrt(m))."""
-    n = max(round(tokens), 0)
-    pairs = sum(min(params.window - 1, n - 1 - a) for a in range(n))
+    within the window (sum over positions a of min(w - 1, n - 1 - a)), a share 2 s1 s2 are
+    that pair; the unit's pairs are taken distinct, so its norm is sqrt(m) and the clip
+    scales it by min(1, C / sqrt(m)). Repeated pairs raise the norm and a unit's tokens
+    spread over several documents give fewer pairs, so this is an upper estimate."""
+    n, w = max(round(tokens), 0), params.window
+    pairs = n * (n - 1) // 2 if n <= w else (w - 1) * n - w * (w - 1) // 2
     if pairs == 0:
         return 0.0
     share = 2.0 * TOP_SHARE * (TOP_SHARE / 2.0)

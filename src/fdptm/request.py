@@ -31,7 +31,13 @@ from pydantic import (
 )
 
 from fdptm.errors import BadInputError
-from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS, TUNED, parse_option
+from fdptm.mechanisms.registry import (
+    DEFAULT_MECHANISM,
+    MECHANISMS,
+    TUNED,
+    TUNED_DEFAULT,
+    parse_option,
+)
 
 SetUnionPolicy = Literal[
     "weighted", "policy-laplace", "policy-gaussian", "uniform-laplace", "uniform-gaussian"
@@ -103,7 +109,8 @@ class ReleaseRequest(_Request):
         description="choose dp-vi's iterations, threshold and clipping privately on held-out "
         "units (Papernot & Steinke's random repetition, inside M2's budget; measured worse than "
         "the defaults on PHEME at epsilon 1-10); the grid is --m2-option "
-        "tune_iterations=50,100 tune_thresholds=1,2 tune_clips=2, mean_trials=2",
+        "tune_iterations=50,100 tune_thresholds=1,2 tune_clips=2, mean_trials=2; dp-vi only: "
+        "without --mechanism, --tune runs dp-vi",
     )
     set_union_policy: SetUnionPolicy = Field("weighted", description="M1 (DP set union) policy")
     vocabulary: str | None = Field(
@@ -115,7 +122,7 @@ class ReleaseRequest(_Request):
     prior: str | None = Field(
         None,
         description="public dataset (ingested with --public) whose non-private topics "
-        "initialise and regularise M2 (dp-vi), free of charge",
+        "initialise and regularise M2 (biterm, dp-vi), free of charge",
     )
     m1: VocabularySelection | None = Field(
         None,
@@ -262,6 +269,15 @@ class ReleaseRequest(_Request):
         if self.window is not None and self.since is not None:
             raise ValueError("--window and --since/--until both choose the days: give one")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tune_without_a_mechanism_is_dp_vi(cls, data: Any) -> Any:
+        """--tune selects dp-vi's hyper-parameters: with no --mechanism it runs dp-vi, not
+        the default mechanism (which has nothing to tune)."""
+        if isinstance(data, dict) and data.get("tune") is True and data.get("mechanism") is None:
+            return {**data, "mechanism": TUNED_DEFAULT}
+        return data
 
     @model_validator(mode="after")
     def _tune_has_a_tuned_form(self) -> ReleaseRequest:

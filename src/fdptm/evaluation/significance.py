@@ -102,14 +102,18 @@ class PairEvidence:
     ``scale``; a pair is significant above ``cutoff`` (the union bound over the entries,
     as for ``EntryNoise``), and (``topic[i]``, ``word[i]``) has ``value[i]``, the largest
     noisy count of the significant pairs holding that word that the fitted model assigns to
-    that topic (kept for values above the cut-off at alpha = 1/2). A word is listed in a
-    topic when its value passes the cut-off at the caller's alpha (at most 1/2)."""
+    that topic (kept for values above the cut-off at alpha = ``covers``). A word is listed in
+    a topic when its value passes the cut-off at the caller's alpha (at most ``covers``,
+    fixed before the values are read: choosing alpha after looking voids the family-wise
+    guarantee)."""
 
     scale: float
     entries: int
     topic: tuple[int, ...]
     word: tuple[int, ...]
     value: tuple[float, ...]
+    covers: float = 0.5
+    """The largest alpha the evidence supports: pairs below its cut-off were not kept."""
 
     def cutoff(self, alpha: float) -> float:
         """The value a pair must exceed so that the chance any null pair does is <= alpha."""
@@ -117,10 +121,10 @@ class PairEvidence:
 
     def mask(self, shape: tuple[int, int], alpha: float) -> np.ndarray:
         """k x V: the (topic, word) entries listed at family-wise error ``alpha``."""
-        if not alpha <= 0.5:
+        if not alpha <= self.covers:
             raise ValueError(
-                f"this release's evidence covers alpha up to 0.5, not {alpha}: its pairs "
-                "below that cut-off were not released"
+                f"this release's evidence covers alpha up to {self.covers}, not {alpha}: its "
+                "pairs below that cut-off were not released"
             )
         out = np.zeros(shape, dtype=bool)
         value = np.asarray(self.value, dtype=np.float64)
@@ -141,6 +145,7 @@ class PairEvidence:
             tuple(int(z) for z in block["topic"]),
             tuple(int(w) for w in block["word"]),
             tuple(float(v) for v in block["value"]),
+            float(block.get("covers", 0.5)),
         )
 
 

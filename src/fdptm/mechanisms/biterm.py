@@ -27,15 +27,17 @@ documents at author level or one document at document level, the units of
    documents per author is needed: one author's 7,000 documents weigh no more than one
    tweet's author, which is the per-author weighting issue 28 asks for).
 3. The Gaussian mechanism, once: B~ = B + N(0, (z C)^2) on every entry (OpenDP's discrete
-   Gaussian of scale z C / g on the integer sum in production, then times g). z is the
-   smallest noise multiplier for which the chosen accountant of ``dp-accounting`` gives
-   epsilon <= the target at delta for one Gaussian step under add-or-remove-one
-   (``dp_vi.calibrate_noise_multiplier`` with T = 1, q = 1; ``pld`` by default, which for a
-   single Gaussian is its exact privacy curve up to a pessimistic discretisation; ``rdp`` is
-   looser). The discrete Gaussian is the same rho = 1 / (2 z^2)-zCDP (Canonne, Kamath &
-   Steinke 2020) and matches the continuous curve to terms of order exp(-2 pi^2 sigma^2)
-   at sigma = z C / g grid units (dp-vi's module docstring). basic_epsilon is the analytic
-   Gaussian's epsilon (Balle & Wang 2018, Theorem 8), exact for the continuous Gaussian.
+   Gaussian of scale z C / g (1 + 2^-30) on the integer sum in production, then times g). z
+   is the smallest noise multiplier for which the chosen accountant of ``dp-accounting``
+   gives epsilon <= the target at delta for one Gaussian step under add-or-remove-one
+   (``dp_vi.calibrate_noise_multiplier`` with T = 1, q = 1). ``rdp`` (default) converts the
+   step's Renyi curve, rho = 1 / (2 z^2)-zCDP, to (epsilon, delta); the discrete Gaussian
+   at sensitivity floor(C / g) and scale z C / g is exactly that zCDP (Canonne, Kamath &
+   Steinke 2020, Theorem 4), so the default guarantee is proved for the sampler that runs.
+   ``pld`` is the continuous Gaussian's privacy curve (about 7% less noise at epsilon 0.5-5);
+   that the discrete Gaussian's curve is as good is not proved here, so it is an option,
+   stated in the manifest's accountant. basic_epsilon is the analytic Gaussian's epsilon
+   (Balle & Wang 2018, Theorem 8) for the continuous Gaussian, reported for comparison.
    So the run is (epsilon, delta)-DP at the dataset's unit (author or document), add/remove.
 
 Post-processing of B~ alone (no further privacy cost):
@@ -58,15 +60,18 @@ Post-processing of B~ alone (no further privacy cost):
 
 Word lists (``fdptm.evaluation.significance.PairEvidence``). Each entry of B~ is tested:
 H0 for pair p is that no unit's data reaches it, so B~_p is the discrete Gaussian alone,
-s-sub-Gaussian, and p is significant when B~_p > s (1 + 1e-3) sqrt(2 ln(P / alpha)): by the
-union bound over the P entries, the chance that any null pair is significant is at most
-alpha. A significant pair is assigned to its most responsible topic (none when the
-background component is); a word is listed in topic z only when it belongs to a significant
-pair assigned to z, so with probability at least 1 - alpha every listed word is in a pair
-that private data reached, and on data that reaches no pair nothing is listed. The evidence
-(per topic and word, the largest B~ of such pairs, kept for pairs above the cut-off at alpha
-= 1/2 so that any smaller alpha can be applied later) is a DP output, released in the
-manifest's ``presentation``.
+s-sub-Gaussian (an entry that private data reaches but whose clipped terms all round to 0
+is null too: its exact sum is 0), and p is significant when B~_p > s (1 + 1e-3)
+sqrt(2 ln(P / alpha)): by the union bound over the P entries, the chance that any null pair
+is significant is at most alpha. A significant pair is assigned to its most responsible
+topic (none when the background component is); a word is listed in topic z only when it
+belongs to a significant pair assigned to z, so with probability at least 1 - alpha every
+listed word is in a pair that private data reached, and on data that reaches no pair nothing
+is listed with probability at least 1 - alpha. The evidence (per topic and word, the largest
+B~ of such pairs, kept for pairs above the cut-off at alpha = ``EVIDENCE_ALPHA`` = 1/2) is a
+DP output, released in the manifest's ``presentation``; any alpha up to 1/2 can be applied to
+it, with the family-wise guarantee for an alpha fixed before the evidence is read (choosing
+alpha after looking at the values voids it).
 
 Public refusals. P = V (V + 1) / 2 entries are noised (OpenDP draws about 5e4 a second per
 core): a vocabulary with more than ``MAX_PAIRS`` pair positions is refused before any data is
@@ -128,9 +133,7 @@ PARAMETER_CONSTRAINTS = {
     ),
     "max_docs_per_author": MAX_DOCS_PER_AUTHOR,
     "clip": param(CLIP_RANGE, what="the per-unit L2 bound C on the biterm counts"),
-    "window": param(
-        Integer(2), what="pairs are tokens fewer than this many positions apart", hint=">= 2"
-    ),
+    "window": param(Integer(2), what="pairs are tokens fewer than this many positions apart"),
     "eta": param(POSITIVE, what="the topic-word prior of the fitted model"),
     "threshold": param(
         NON_NEGATIVE,
@@ -138,7 +141,11 @@ PARAMETER_CONSTRAINTS = {
         hint="0 keeps every positive entry",
     ),
     "em_iterations": param(Integer(1), what="EM steps per restart (post-processing)"),
-    "restarts": param(Integer(1), what="random starts of EM; the best is released"),
+    "restarts": param(
+        Integer(1),
+        what="starts of EM (the first from distinct pair profiles or a public prior, the "
+        "others random); the best is released",
+    ),
     "tolerance": param(NON_NEGATIVE, what="EM stops when the objective gains less (relative)"),
     "accountant": param(OneOf(tuple(sorted(ACCOUNTANTS))), what="the privacy accountant"),
     "prior_weight": param(POSITIVE, what="weight of a public prior's topic counts"),
@@ -218,7 +225,7 @@ def biterm_params(
     em_iterations: int = 300,
     restarts: int = 5,
     tolerance: float = 1e-7,
-    accountant: str = "pld",
+    accountant: str = "rdp",
     prior_weight: float = 1.0,
 ) -> BitermParams:
     """Validate the public inputs and calibrate z so that one Gaussian step is
@@ -232,7 +239,7 @@ def biterm_params(
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
     z = calibrate_noise_multiplier(epsilon, delta, 1.0, 1, "rdp")
-    if accountant == "pld":  # the tighter bound: search below the RDP solution
+    if accountant == "pld":  # the continuous Gaussian's curve: search below the RDP solution
         z = calibrate_noise_multiplier(epsilon, delta, 1.0, 1, "pld", start=z)
     achieved = accountant_epsilon(events.gaussian(z), delta, accountant)
     if not achieved <= epsilon:
@@ -265,9 +272,9 @@ def pair_positions(n_words: int) -> int:
 
 
 def check_vocabulary(params: BitermParams, n_words: int) -> None:
-    """Refuse a (public) vocabulary size the run cannot noise in reasonable time, or one
-    smaller than k, before any private data is read. ``n_words`` counts SAN's OOV token,
-    which biterm does not train on."""
+    """Refuse a (public) vocabulary size the run cannot noise in reasonable time, before any
+    private data is read. ``n_words`` counts SAN's OOV token, which biterm does not train
+    on."""
     words = n_words - 1
     if pair_positions(words) > MAX_PAIRS:
         raise BadInputError(
@@ -405,7 +412,7 @@ def evidence(noisy: np.ndarray, fit: BitermFit, params: BitermParams, n_words: i
     """The word lists' evidence (module docstring, "Word lists"): for each pair above the
     cut-off at ``EVIDENCE_ALPHA``, its value credited to both words in its most
     responsible topic (none when the background is), the largest per (topic, word)."""
-    test = PairEvidence(params.noise_std, len(noisy), (), (), ())
+    test = PairEvidence(params.noise_std, len(noisy), (), (), (), EVIDENCE_ALPHA)
     strong = np.flatnonzero(noisy > test.cutoff(EVIDENCE_ALPHA))
     rows, cols = _pairs_of(strong, n_words)
     owner = np.argmax(fit.responsibilities(rows, cols), axis=0)
@@ -424,6 +431,7 @@ def evidence(noisy: np.ndarray, fit: BitermFit, params: BitermParams, n_words: i
         tuple(z for (z, _), _ in ordered),
         tuple(w for (_, w), _ in ordered),
         tuple(v for _, v in ordered),
+        EVIDENCE_ALPHA,
     )
 
 
