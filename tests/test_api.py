@@ -98,7 +98,7 @@ def test_run_logs_reach_python_logging_and_name_no_private_data(tmp_path):
     logs, _, run_id = done.stderr.rpartition("\nRUN ")
     ours = [line for line in logs.splitlines() if run_id in line]
     assert ours == [
-        f"run {run_id}: dataset lee, (epsilon 5, delta 1e-05), M2 dp-vi, DP stages "
+        f"run {run_id}: dataset lee, (epsilon 5, delta 1e-05), M2 biterm, DP stages "
         "vocabulary, train",
         f"run {run_id}: vocabulary selected (set-union)",
         f"run {run_id}: M2 trained",

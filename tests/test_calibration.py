@@ -9,7 +9,7 @@ import json
 import pytest
 
 from fdptm.codec import decode, encode
-from fdptm.mechanisms.registry import MECHANISMS
+from fdptm.mechanisms.registry import DEFAULT_MECHANISM, MECHANISMS
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.request import ReleaseRequest
 from fdptm.tasks import run as lifecycle
@@ -52,6 +52,7 @@ def test_a_process_calibrates_a_request_once():
                 iterations=7,
                 seed=11,
                 allow_unproven=True,
+                mechanism="dp-vi",
             ),
             "d-fedcba9876543210",
             "/elsewhere",
@@ -102,7 +103,7 @@ def test_help_shows_the_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["release", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default 100)" in out and "(default 0.5)" in out and "(default dp-vi)" in out
+    assert "(default 100)" in out and "(default 0.5)" in out and f"(default {DEFAULT_MECHANISM})" in out
 
 
 def test_resume_refuses_any_release_option_even_at_its_default(tmp_path, capsys):

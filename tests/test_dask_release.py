@@ -150,6 +150,7 @@ def test_a_seeded_dp_vi_release_on_two_dask_workers_equals_the_local_one(
             topics=5,
             iterations=5,
             seed=7,
+            mechanism="dp-vi",
             max_docs_per_author=2,  # authors over the cap: bounding ranks on the workers
             dask_address=address,
         )

@@ -283,6 +283,8 @@ def _expected(name: str, options: dict) -> dict[str, tuple[int, int]]:
         "hdp-lda": {OPENDP_ROUNDED_LAPLACE: ((T + 1) * V * K,) * 2},
         # the corpus's last word plays SAN's OOV id, which dp-vi leaves out (not noised)
         "dp-vi": {OPENDP_INTEGER_GAUSSIAN: (T * (V - 1) * K,) * 2},
+        # once, every pair of the V - 1 words biterm trains on (SAN's OOV id left out)
+        "biterm": {OPENDP_INTEGER_GAUSSIAN: ((V - 1) * V // 2,) * 2},
         "zhu": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda": {OPENDP_GRID_LAPLACE: (counts,) * 2},
         "cdp-lda-plus": {OPENDP_GRID_LAPLACE: (T * counts + V * K,) * 2},
@@ -333,12 +335,16 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
             unit_bound(params.clip),
             params.noise_std / statistic_grid(params.clip),
         ),
+        "biterm": lambda: (
+            unit_bound(params.clip),
+            params.noise_std / statistic_grid(params.clip),
+        ),
     }
     assert bool(noise.rounded) == (name in stated)
     for call in noise.rounded:
         assert (call["sensitivity"], call["scale"]) == stated[name]()
         assert_rounded_call_keeps_its_promise(call)
-        if name == "dp-vi":  # at most the noise multiplier's loss, whatever the grid
+        if name in ("dp-vi", "biterm"):  # at most the noise multiplier's loss, whatever the grid
             assert call["sensitivity"] / call["scale"] <= 1.0 / params.noise_multiplier
 
 

@@ -99,3 +99,22 @@ def test_a_release_shows_its_prediction_and_its_key_ignores_it(small, capsys):
     assert main([*args, "--units", "80", "--tokens-per-unit", "4"]) == 0
     out = capsys.readouterr().out
     assert "prediction (80 units of 4 tokens, stated): vocabulary about" in out
+
+
+def test_a_biterm_plan_judges_the_strongest_pair_against_the_pair_test(small, capsys):
+    """biterm (the default) is tested on its V (V + 1) / 2 noisy pairs: the plan's cut-off
+    is that test's at the expected vocabulary, its count grows with the units, and a public
+    prior leaves it tested; dp-vi's plan judges a word over k x V entries instead."""
+    from fdptm.evaluation.significance import DEFAULT_ALPHA, EntryNoise
+
+    few = _plan(small, "small", capsys, "--units", "50")
+    many = _plan(small, "small", capsys, "--units", "20000")
+    assert few["strongest"] == many["strongest"] == "pair"
+    assert few["verdict"] == "no signal" and many["verdict"] == "signal"
+    assert many["expected_top_count"] > few["expected_top_count"]
+    words = max(round(many["vocabulary_expected"]), 5)
+    pairs = words * (words + 1) // 2
+    noise = EntryNoise("gaussian", many["noise"]["scale"], 0.0)
+    assert many["cutoff"] == pytest.approx(noise.cutoff(pairs, DEFAULT_ALPHA))
+    dp_vi = _plan(small, "small", capsys, "--units", "20000", "--mechanism", "dp-vi")
+    assert dp_vi["strongest"] == "word"
