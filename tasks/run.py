@@ -413,8 +413,8 @@ def prediction_of(
     ``planning.FALLBACK_WORDS``), after the run's PRE."""
     source = request.vocabulary or planning.FALLBACK_WORDS
     words = public_vocabulary.load(source, workspace, spec.pre)
-    chosen, kept = planning.simulated_vocabularies(request, spec, calibration, words)
-    return planning.predict(request, calibration, chosen, kept, source)
+    chosen, kept, strongest = planning.simulated_vocabularies(request, spec, calibration, words)
+    return planning.predict(request, calibration, chosen, kept, source, strongest)
 
 
 def predicted(

@@ -29,14 +29,13 @@ The model, deliberately simple so that its assumptions can be stated and checked
   noisy-CGS baselines) count tokens unclipped: (N / k) L ``TOP_SHARE``. Topics are
   predicted to stand above the noise when that count exceeds the cut-off of the release's
   word-list test (the same test), and the vocabulary has a word.
-* biterm tests pairs, not topic-word entries: a unit's n tokens give m pairs of positions
-  within its window, taken distinct (norm sqrt(m)) and clipped to C, of which a share
-  2 s1 s2 are its topic's strongest pair (its two most probable words, shares s1 =
-  ``TOP_SHARE`` and s2 = s1 / 2), so that pair's expected count is
-  (N / k) m 2 s1 s2 min(1, C / sqrt(m)) (an upper estimate: repeated pairs raise a unit's
-  norm, and an author's tokens spread over several documents make fewer pairs), judged
-  against the pair test's cut-off over the V (V + 1) / 2 pairs; a public prior does not
-  change the test.
+* biterm tests pairs, not topic-word entries, and its statistic is simulated too: on each
+  synthetic corpus, after SAN to that corpus's simulated vocabulary, the exact clipped pair
+  sum B is computed by the mechanism's own kernel (each unit one document: an author whose
+  tokens are spread over several documents has fewer pairs, so this leans optimistic), and
+  the median over the corpora of its largest entry is judged against the pair test's
+  cut-off over the V (V + 1) / 2 pairs. The largest pair can be two frequent background
+  words, which the release would list too; a public prior does not change the test.
 * Mechanisms without a noise model (spectral, topicdp, dp-vi with --tune) get the
   vocabulary's prediction only.
 
@@ -133,11 +132,12 @@ class Prediction:
 
 def simulated_vocabularies(
     request, spec, calibration, public, repeats: int = REPEATS
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``repeats`` x V: which of ``public``'s words the run's M1 releases on each of
     ``repeats`` synthetic corpora of ``request.units`` units of ``request.tokens_per_unit``
-    tokens (module docstring), and per corpus the share of its tokens the vocabulary keeps;
-    seeded by ``request.seed`` when set (tests)."""
+    tokens (module docstring); per corpus the share of its tokens the vocabulary keeps; and,
+    for biterm, per corpus its strongest clipped pair count (``_strongest_pair``; 0
+    otherwise). Seeded by ``request.seed`` when set (tests)."""
     import pyarrow as pa
 
     from fdptm.privacy.noise import NoiseSource
@@ -153,6 +153,7 @@ def simulated_vocabularies(
     n_words = len(public.words)
     chosen = np.zeros((repeats, n_words), dtype=bool)
     kept = np.zeros(repeats)
+    strongest = np.zeros(repeats)
     p = public.counts / public.counts.sum()
     gen = np.random.default_rng(request.seed)
     units, length = request.units, request.tokens_per_unit
@@ -170,7 +171,28 @@ def simulated_vocabularies(
             )
             chosen[r] = np.isin(public.words, selection.words)
         kept[r] = float(np.mean(chosen[r][word_idx]))
-    return chosen, kept
+        if request.mechanism == PAIRS_MECHANISM:
+            strongest[r] = _strongest_pair(word_idx, chosen[r], units, calibration.m2)
+    return chosen, kept, strongest
+
+
+def _strongest_pair(word_idx: np.ndarray, chosen: np.ndarray, units: int, params) -> float:
+    """biterm's largest entry of B, the exact clipped pair sum, on one synthetic corpus
+    after SAN to the simulated vocabulary (each unit one document)."""
+    from fdptm.mechanisms.biterm import clipped_biterms
+    from fdptm.mechanisms.dp_vi import statistic_grid
+    from fdptm.mechanisms.lda import Corpus
+
+    ids = np.cumsum(chosen) - 1
+    keep = chosen[word_idx]
+    unit_of = np.repeat(np.arange(units), word_idx.size // units)
+    doc_ptr = np.zeros(units + 1, dtype=np.int64)
+    np.cumsum(np.bincount(unit_of[keep], minlength=units), out=doc_ptr[1:])
+    vocabulary = int(chosen.sum())
+    if vocabulary == 0:
+        return 0.0
+    corpus = Corpus(doc_ptr, ids[word_idx[keep]].astype(np.int64), vocabulary)
+    return float(clipped_biterms(corpus, params).max()) * statistic_grid(params.clip)
 
 
 def _synthetic_tokens(gen, p: np.ndarray, k: int, units: int, length: int) -> np.ndarray:
@@ -186,10 +208,18 @@ def _synthetic_tokens(gen, p: np.ndarray, k: int, units: int, length: int) -> np
     return np.where(from_topic, own, background).astype(np.int32).ravel()
 
 
-def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_from: str):
+def predict(
+    request,
+    calibration,
+    chosen: np.ndarray,
+    kept: np.ndarray,
+    words_from: str,
+    strongest: np.ndarray | None = None,
+):
     """The plan of ``request`` (with ``units`` and ``tokens_per_unit``) calibrated as
-    ``calibration``, from M1's simulated vocabularies ``chosen`` and the shares ``kept`` of
-    the simulated tokens they keep (``simulated_vocabularies``)."""
+    ``calibration``, from M1's simulated vocabularies ``chosen``, the shares ``kept`` of
+    the simulated tokens they keep and (biterm) their ``strongest`` clipped pair counts
+    (``simulated_vocabularies``)."""
     from fdptm.mechanisms.registry import mechanism
 
     sizes = chosen.sum(axis=1)
@@ -208,7 +238,7 @@ def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_fr
     if request.mechanism == PAIRS_MECHANISM:  # tested on its pairs, with or without a prior
         noise = EntryNoise("gaussian", calibration.m2.noise_std, 0.0)
         cutoff = noise.cutoff(words * (words + 1) // 2, DEFAULT_ALPHA)
-        top = request.units / request.topics * _top_pair(tokens, calibration.m2)
+        top = float(np.median(strongest)) if strongest is not None else 0.0
         verdict = SIGNAL if top > cutoff and expected >= 1 else NO_SIGNAL
         advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
         return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice, "pair")
@@ -223,21 +253,6 @@ def predict(request, calibration, chosen: np.ndarray, kept: np.ndarray, words_fr
     verdict = SIGNAL if top > cutoff and expected >= 1 else NO_SIGNAL
     advice = [] if verdict == SIGNAL else _advice(request, top, cutoff)
     return Prediction(*common, noise.to_dict(), cutoff, top, verdict, advice)
-
-
-def _top_pair(tokens: float, params) -> float:
-    """A topical unit's expected clipped count of its topic's strongest pair (the two most
-    probable words, shares ``TOP_SHARE`` and half of it): of the unit's m pairs of positions
-    within the window (sum over positions a of min(w - 1, n - 1 - a)), a share 2 s1 s2 are
-    that pair; the unit's pairs are taken distinct, so its norm is sqrt(m) and the clip
-    scales it by min(1, C / sqrt(m)). Repeated pairs raise the norm and a unit's tokens
-    spread over several documents give fewer pairs, so this is an upper estimate."""
-    n, w = max(round(tokens), 0), params.window
-    pairs = n * (n - 1) // 2 if n <= w else (w - 1) * n - w * (w - 1) // 2
-    if pairs == 0:
-        return 0.0
-    share = 2.0 * TOP_SHARE * (TOP_SHARE / 2.0)
-    return pairs * share * min(1.0, params.clip / math.sqrt(pairs))
 
 
 def _noise(m2, calibration, tokens: float) -> EntryNoise | None:

@@ -284,9 +284,12 @@ def check_vocabulary(params: BitermParams, n_words: int) -> None:
         )
 
 
-def noisy_biterms(corpus: Corpus, params: BitermParams, noise: NoiseSource) -> np.ndarray:
-    """B~ (module docstring, steps 1-3): the released statistic, one entry per pair
-    position (``kernel.pair_index`` order), as float64."""
+def clipped_biterms(corpus: Corpus, params: BitermParams) -> np.ndarray:
+    """B (module docstring, steps 1-2): the exact sum of the units' clipped pair counts in
+    integer units of ``statistic_grid(C)``, one entry per pair position.
+
+    NOT private on its own: this is the statistic before the noise (``fdptm plan`` also
+    runs it on its synthetic, public corpora)."""
     check_corpus(corpus)
     unit_ptr, unit_docs = unit_layout(corpus, params.adjacency)
     grid = statistic_grid(params.clip)
@@ -304,8 +307,16 @@ def noisy_biterms(corpus: Corpus, params: BitermParams, noise: NoiseSource) -> n
         bound**2,
         stats,
     )
+    return stats
+
+
+def noisy_biterms(corpus: Corpus, params: BitermParams, noise: NoiseSource) -> np.ndarray:
+    """B~ (module docstring, steps 1-3): the released statistic, one entry per pair
+    position (``kernel.pair_index`` order), as float64."""
+    stats = clipped_biterms(corpus, params)
+    grid = statistic_grid(params.clip)
     scale = params.noise_multiplier * params.clip / grid  # z C in grid units
-    return noise.add_integer_gaussian(stats, scale, bound) * grid
+    return noise.add_integer_gaussian(stats, scale, unit_bound(params.clip)) * grid
 
 
 @dataclass(frozen=True)
