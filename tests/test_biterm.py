@@ -305,3 +305,19 @@ def test_an_author_level_biterm_release_with_a_public_prior(tmp_path, prefect_ha
     assert train["mechanism"] == "biterm" and train["public_prior"]
     assert all(t["tested"] for t in release.manifest["topics"])
     assert not all(release.no_signal())
+
+
+def test_tune_without_a_mechanism_runs_dp_vi_and_biterm_has_no_tuned_form():
+    """biterm is the default, but only dp-vi has a tuned form: --tune alone runs dp-vi, and
+    --tune with biterm is refused with a message that names the way out."""
+    from pydantic import ValidationError
+
+    from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+    from fdptm.request import ReleaseRequest
+
+    base = {"dataset": "d", "epsilon": 3.0, "delta": 1e-5, "topics": 5}
+    assert DEFAULT_MECHANISM == "biterm"
+    assert ReleaseRequest(**base).mechanism == "biterm"
+    assert ReleaseRequest(**base, tune=True).mechanism == "dp-vi"
+    with pytest.raises(ValidationError, match="--tune selects hyper-parameters of dp-vi"):
+        ReleaseRequest(**base, tune=True, mechanism="biterm")
