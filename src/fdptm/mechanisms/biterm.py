@@ -104,15 +104,15 @@ from fdptm.mechanisms.constraints import (
 from fdptm.mechanisms.dp_vi import (
     CLIP_RANGE,
     SUPPORTED_ADJACENCY,
-    accountant_epsilon,
     basic_composition,
-    calibrate_noise_multiplier,
+    calibrated,
     check_corpus,
+    gaussian_guarantee,
     statistic_grid,
     unit_bound,
     unit_layout,
 )
-from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
+from fdptm.mechanisms.guarantee import Guarantee
 from fdptm.mechanisms.lda import Corpus
 from fdptm.privacy import events
 from fdptm.privacy.accountant import check_delta, check_epsilon
@@ -198,16 +198,7 @@ class BitermParams:
 
     def guarantee(self) -> Guarantee:
         """(accountant epsilon, delta)-DP at the adjacency: one Gaussian mechanism."""
-        return Guarantee(
-            notion=APPROXIMATE_DP,
-            adjacency=self.adjacency,
-            epsilon=self.accountant_epsilon,
-            delta=self.delta,
-            accountant=ACCOUNTANTS[self.accountant],
-            basic_epsilon=self.basic_epsilon,
-            basic_delta=self.basic_delta,
-            event=self.event(),
-        )
+        return gaussian_guarantee(self)
 
 
 @validate_params(PARAMETER_CONSTRAINTS)
@@ -238,12 +229,7 @@ def biterm_params(
     """
     epsilon = check_epsilon(epsilon, "M2 epsilon")
     delta = check_delta(delta, "M2 delta")
-    z = calibrate_noise_multiplier(epsilon, delta, 1.0, 1, "rdp")
-    if accountant == "pld":  # the continuous Gaussian's curve: search below the RDP solution
-        z = calibrate_noise_multiplier(epsilon, delta, 1.0, 1, "pld", start=z)
-    achieved = accountant_epsilon(events.gaussian(z), delta, accountant)
-    if not achieved <= epsilon:
-        raise RuntimeError(f"calibration failed: epsilon {achieved} > target {epsilon}")
+    z, achieved = calibrated(epsilon, delta, 1.0, 1, accountant)
     basic_eps, basic_delta = basic_composition(z, 1.0, 1, delta)
     return BitermParams(
         epsilon=epsilon,

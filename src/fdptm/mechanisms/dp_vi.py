@@ -225,6 +225,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import dp_accounting
 import numpy as np
@@ -405,16 +406,7 @@ class DpViParams:
 
     def guarantee(self) -> Guarantee:
         """(accountant epsilon, delta)-DP at the adjacency, with basic composition and event."""
-        return Guarantee(
-            notion=APPROXIMATE_DP,
-            adjacency=self.adjacency,
-            epsilon=self.accountant_epsilon,
-            delta=self.delta,
-            accountant=ACCOUNTANTS[self.accountant],
-            basic_epsilon=self.basic_epsilon,
-            basic_delta=self.basic_delta,
-            event=self.event(),
-        )
+        return gaussian_guarantee(self)
 
 
 def clip_rho(noise_multiplier: float, iterations: int, clip_share: float) -> float:
@@ -495,6 +487,57 @@ def calibrate_noise_multiplier(
     return hi
 
 
+def calibrated(
+    epsilon: float,
+    delta: float,
+    sampling_rate: float,
+    iterations: int,
+    accountant: str,
+    clip_share: float = 0.0,
+) -> tuple[float, float]:
+    """(z, the accountant's epsilon at z) for ``dp_event``: z from RDP, then, for ``pld``
+    (the tighter bound, whose private-clip form ``_check_clip`` refuses), searched below
+    it; the epsilon recomputed and checked against the target."""
+    z = calibrate_noise_multiplier(
+        epsilon, delta, sampling_rate, iterations, "rdp", clip_share=clip_share
+    )
+    if accountant == "pld":
+        z = calibrate_noise_multiplier(epsilon, delta, sampling_rate, iterations, "pld", start=z)
+    event = dp_event(z, sampling_rate, iterations, clip_share)
+    achieved = accountant_epsilon(event, delta, accountant)
+    if not achieved <= epsilon:
+        raise RuntimeError(f"calibration failed: epsilon {achieved} > target {epsilon}")
+    return z, achieved
+
+
+class CalibratedGaussian(Protocol):
+    """What ``gaussian_guarantee`` reads: the fields dp-vi's and biterm's parameters share."""
+
+    adjacency: Adjacency
+    delta: float
+    accountant: str
+    accountant_epsilon: float
+    basic_epsilon: float
+    basic_delta: float
+
+    def event(self) -> dict: ...
+
+
+def gaussian_guarantee(params: CalibratedGaussian) -> Guarantee:
+    """(accountant epsilon, delta)-DP at the adjacency, with basic composition and the
+    event, of a run calibrated by ``calibrated`` (dp-vi's, biterm's parameters)."""
+    return Guarantee(
+        notion=APPROXIMATE_DP,
+        adjacency=params.adjacency,
+        epsilon=params.accountant_epsilon,
+        delta=params.delta,
+        accountant=ACCOUNTANTS[params.accountant],
+        basic_epsilon=params.basic_epsilon,
+        basic_delta=params.basic_delta,
+        event=params.event(),
+    )
+
+
 def basic_composition(
     noise_multiplier: float,
     sampling_rate: float,
@@ -554,14 +597,7 @@ def dp_vi_params(
     delta = check_delta(delta, "M2 delta")
     private_clip = _check_clip(clip, accountant)
     share = clip_share if private_clip else 0.0
-    z = calibrate_noise_multiplier(
-        epsilon, delta, sampling_rate, iterations, "rdp", clip_share=share
-    )
-    if accountant == "pld":  # PLD is the tighter bound: search below the RDP solution
-        z = calibrate_noise_multiplier(epsilon, delta, sampling_rate, iterations, "pld", start=z)
-    achieved = accountant_epsilon(dp_event(z, sampling_rate, iterations, share), delta, accountant)
-    if not achieved <= epsilon:
-        raise RuntimeError(f"calibration failed: epsilon {achieved} > target {epsilon}")
+    z, achieved = calibrated(epsilon, delta, sampling_rate, iterations, accountant, share)
     scale = 0.0
     if private_clip:
         scale = quantile.scale_for(clip_quantile, clip_rho(z, iterations, share))
