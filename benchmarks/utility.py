@@ -1564,7 +1564,8 @@ def headline(summary: dict) -> list[str]:
         clean = sum(1 for v in signal if v == 0)
         met = x["ok"] == x["runs"] and sum(signal) == T4_SIGNAL
         lines.append(
-            f"| 4 (issue 28) | pure noise {x['label'].split(')')[0]}) | zero signal topics over "
+            f"| 4 (issue 28) | pure noise {x['label'].split(')')[0]}), "
+            f"{'biterm' if x['row'].endswith('-biterm') else 'dp-vi'} | zero signal topics over "
             f"all releases | {sum(signal):.0f} signal topics in all | {clean}/{x['runs']} | "
             f"{word(met)} |"
         )
