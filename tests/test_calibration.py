@@ -103,7 +103,11 @@ def test_help_shows_the_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["release", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default 100)" in out and "(default 0.5)" in out and f"(default {DEFAULT_MECHANISM})" in out
+    assert (
+        "(default 100)" in out
+        and "(default 0.5)" in out
+        and f"(default {DEFAULT_MECHANISM})" in out
+    )
 
 
 def test_resume_refuses_any_release_option_even_at_its_default(tmp_path, capsys):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fdptm.deployments.scheduled_release import WEEKLY, build, from_args
-from fdptm.request import ReleaseRequest
 from fdptm.mechanisms.registry import DEFAULT_MECHANISM
+from fdptm.request import ReleaseRequest
 
 
 def test_weekly_deployment_carries_schedule_and_the_whole_request():
@@ -55,7 +55,10 @@ def test_audited_release_deployment_is_monthly_with_its_audit_parameters():
     dep = audited_from_args([*args, "--shadows", "32"])
     assert dep.name == "monthly-audited-release" and dep.flow_name == "audited-release"
     assert dep.schedules[0].schedule.cron == MONTHLY
-    assert dep.parameters["shadows"] == 32 and dep.parameters["request"]["mechanism"] == DEFAULT_MECHANISM
+    assert (
+        dep.parameters["shadows"] == 32
+        and dep.parameters["request"]["mechanism"] == DEFAULT_MECHANISM
+    )
 
 
 def test_backfill_deployment_carries_the_request_and_the_range():
