@@ -321,3 +321,16 @@ def test_tune_without_a_mechanism_runs_dp_vi_and_biterm_has_no_tuned_form():
     assert ReleaseRequest(**base, tune=True).mechanism == "dp-vi"
     with pytest.raises(ValidationError, match="--tune selects hyper-parameters of dp-vi"):
         ReleaseRequest(**base, tune=True, mechanism="biterm")
+
+
+def test_the_parameters_say_when_the_accounting_assumes_the_continuous_gaussian():
+    """RDP at sampling rate 1 is proved for OpenDP's discrete Gaussian (zCDP); PLD and the
+    Poisson-subsampled bound are derived for the continuous one, and the manifest's M2
+    parameters say so (issue 29's review, item 5)."""
+    assert _params().to_dict()["accounting_assumes"] is None
+    assert "PLD" in _params(accountant="pld").to_dict()["accounting_assumes"]
+    common = {"n_topics": 3, "adjacency": Adjacency.DOCUMENT, "max_docs_per_author": 1}
+    plain = dp_vi.dp_vi_params(3.0, 1e-5, iterations=5, **common)
+    assert plain.to_dict()["accounting_assumes"] is None
+    sampled = dp_vi.dp_vi_params(3.0, 1e-5, iterations=5, sampling_rate=0.5, **common)
+    assert "Poisson-subsampled (q = 0.5)" in sampled.to_dict()["accounting_assumes"]

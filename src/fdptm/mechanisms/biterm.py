@@ -107,6 +107,7 @@ from fdptm.mechanisms.dp_vi import (
     basic_composition,
     calibrated,
     check_corpus,
+    continuous_accounting,
     gaussian_guarantee,
     statistic_grid,
     unit_bound,
@@ -194,6 +195,7 @@ class BitermParams:
         d["noise_std"] = self.noise_std
         d["statistic_grid"] = statistic_grid(self.clip)
         d["event"] = self.event()
+        d["accounting_assumes"] = continuous_accounting(self.accountant, 1.0)
         return d
 
     def guarantee(self) -> Guarantee:

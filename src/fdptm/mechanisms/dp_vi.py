@@ -402,6 +402,7 @@ class DpViParams:
             d["clip_epsilon"] = quantile.pure_epsilon(self.clip_quantile, self.clip_scale)
             d["clip_candidates"] = [CANDIDATES[0], CANDIDATES[-1], len(CANDIDATES)]
         d["event"] = self.event()
+        d["accounting_assumes"] = continuous_accounting(self.accountant, self.sampling_rate)
         return d
 
     def guarantee(self) -> Guarantee:
@@ -521,6 +522,26 @@ class CalibratedGaussian(Protocol):
     basic_delta: float
 
     def event(self) -> dict: ...
+
+
+def continuous_accounting(accountant: str, sampling_rate: float) -> str | None:
+    """What the manifest must say when the accounting is not proved for the sampler that
+    runs (issue 29's review, item 5): RDP at q = 1 composes the discrete Gaussian's own
+    zCDP (Canonne, Kamath & Steinke 2020); the PLD accountant and the Poisson-subsampled RDP
+    bound are derived for the continuous Gaussian. None when nothing is assumed."""
+    reasons = []
+    if accountant == "pld":
+        reasons.append("the PLD accountant")
+    if sampling_rate < 1.0:
+        reasons.append(f"the Poisson-subsampled (q = {sampling_rate:g}) RDP bound")
+    if not reasons:
+        return None
+    return (
+        f"{' and '.join(reasons)} are derived for the continuous Gaussian; the noise drawn is "
+        "OpenDP's discrete Gaussian, whose privacy curve there is not proved here (its zCDP, "
+        "which RDP composes at sampling rate 1, is); use accountant=rdp and sampling_rate=1 "
+        "for a guarantee proved for the sampler that runs"
+    )
 
 
 def gaussian_guarantee(params: CalibratedGaussian) -> Guarantee:
