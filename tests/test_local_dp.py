@@ -303,3 +303,21 @@ def test_empirical_bayes_omega_is_theorem_6s_for_the_estimated_prior_variance():
     v = exact_variance(n_docs, flip)
     sd = math.sqrt((2 * v**2 + 4 * 900 * v) / n_words)  # of one estimate
     assert abs(np.mean(found) - 900) <= Z * sd / math.sqrt(runs)
+
+
+def test_the_word_epsilon_is_never_below_the_exact_log_ratio():
+    """Issue 29's review: the float quotient and libm's log put the stated per-word epsilon
+    below the exact one for some f near 1 (a ratio near 1). Every numerator near the top of
+    the range, and a spread of others: the stated value is at least log((2^24 - n) / n)
+    computed to 120 digits, and within 2 ulps of it."""
+    from decimal import Context, Decimal
+
+    from fdptm.local.flip import ONE, Flip
+
+    exact = Context(prec=120)
+    numerators = list(range(ONE // 2 - 3000, ONE // 2)) + list(range(1, ONE // 2, 9973))
+    for n in numerators:
+        stated = Flip(n).word_epsilon
+        truth = exact.divide(Decimal(ONE - n), Decimal(n)).ln(exact)
+        assert Decimal(stated) >= truth, n
+        assert stated <= math.nextafter(math.nextafter(float(truth), math.inf), math.inf), n

@@ -21,12 +21,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Context, Decimal
 
 from fdptm.errors import BadInputError
 
 FLIP_BITS = 24
 """f/2 is realised as a multiple of 2^-FLIP_BITS."""
 ONE = 1 << FLIP_BITS
+
+
+_DIGITS = 60
+"""Decimal digits of the exact-rounding computation of a word epsilon."""
+_MARGIN = Decimal(1) + Decimal(10) ** -55
+"""Covers Decimal ln's rounding (half an ulp at 60 digits) with room to spare."""
+
+
+def _log_ratio_up(numerator: int, denominator: int) -> float:
+    """The smallest float >= log(numerator / denominator), for integers 0 < d < n.
+
+    A float quotient and ``math.log`` each round (and libm's log is not correctly rounded):
+    for a ratio near 1 the log is tiny and the quotient's rounding alone moved it by a
+    relative 1e-11 (issue 29's review). Here the quotient is rounded up in 60-digit decimal
+    arithmetic, Decimal's ``ln`` is correctly rounded (to half an ulp of 60 digits), the
+    result is raised by a relative 1e-55 to cover that, and the float is the first one at or
+    above it (compared exactly)."""
+    up = Context(prec=_DIGITS, rounding=ROUND_CEILING)
+    ratio = up.divide(Decimal(numerator), Decimal(denominator))
+    bound = up.multiply(ratio.ln(Context(prec=_DIGITS)), _MARGIN)
+    value = float(bound)
+    return value if Decimal(value) >= bound else math.nextafter(value, math.inf)
 
 
 @dataclass(frozen=True)
@@ -72,8 +95,8 @@ class Flip:
     @property
     def word_epsilon(self) -> float:
         """Theorem 4's per-word LDP epsilon, log((1 - f/2) / (f/2)), of the realised f,
-        rounded up by one ulp so that the stated figure bounds the exact one."""
-        return math.nextafter(math.log((ONE - self.numerator) / self.numerator), math.inf)
+        rounded up: never below the exact value (``_log_ratio_up``)."""
+        return _log_ratio_up(ONE - self.numerator, self.numerator)
 
     def document_epsilon(self, n_words: int) -> float:
         """Theorem 4's per-document LDP epsilon over a vocabulary of ``n_words`` words
