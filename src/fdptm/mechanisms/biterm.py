@@ -465,10 +465,6 @@ def train_biterm(
             "compute them again with biterm_params(n_topics=...)"
         )
     check_vocabulary(params, corpus.n_words + 1)
-    noisy = noisy_biterms(corpus, params, noise)
-    cut = params.threshold * params.noise_std
-    kept = np.flatnonzero(noisy > cut)
-    rows, cols = _pairs_of(kept, corpus.n_words)
     if public_topics is not None:
         public_topics = np.asarray(public_topics, dtype=np.float64)
         if public_topics.shape != (n_topics, corpus.n_words) or not np.all(public_topics >= 0):
@@ -476,6 +472,10 @@ def train_biterm(
                 f"public_topics must be {n_topics} x {corpus.n_words} counts >= 0, got shape "
                 f"{public_topics.shape}"
             )
+    noisy = noisy_biterms(corpus, params, noise)
+    cut = params.threshold * params.noise_std
+    kept = np.flatnonzero(noisy > cut)
+    rows, cols = _pairs_of(kept, corpus.n_words)
     fit = fit_biterms(
         rows,
         cols,
