@@ -183,11 +183,13 @@ def preprocess(
 
     The first read of private data: the run's reservation is spent right before it, after a
     check that the batch files are intact (their hashes, which do not depend on what the
-    rows say once ingest accepted them).
+    rows say once ingest accepted them). Every batch of the run's scope is checked, not only
+    those ``read_batches`` opens: which ones a day-scoped run opens depends on their day
+    spans, a fact about the documents, so a damaged batch outside the days must stop the
+    run unspent as well (issue 29, review item 3).
     """
     workspace, catalog = _env(spec)
-    batches = read_batches(spec)
-    for b in batches:  # integrity (not content): a damaged batch stops the run unspent
+    for b in run_batches(spec):  # integrity (not content): a damaged batch stops the run unspent
         path = local(workspace, b["path"], b["sha256"])
         if not path.exists() or file_sha256(path) != b["sha256"]:
             raise BadInputError(
@@ -203,7 +205,7 @@ def preprocess(
         with on_cluster(dask_address):
             return [
                 preprocess_batch(workspace, catalog, b, spec.run_id, spec.pre, progress)
-                for b in batches
+                for b in read_batches(spec)
             ]
     finally:
         stop_workers(dask_address)

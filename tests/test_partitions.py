@@ -312,6 +312,26 @@ def test_a_run_over_days_skips_reading_batches_without_those_days_but_scopes_the
     assert [b["seq"] for b in stages.read_batches(whole)] == [1, 2]
 
 
+def test_a_damaged_batch_outside_a_runs_days_stops_the_run_unspent(tmp_path, workspace, capsys):
+    """Review item 3 (issue 29): which batches a day-scoped run opens depends on their day
+    spans (a fact about the documents), so every batch of the scope is hash-checked before
+    the spend, including one the run would not open."""
+    _timed(tmp_path / "jan.jsonl", MONDAY, 9, "j")  # Jan 1-3: outside the run's days
+    _timed(tmp_path / "mar.jsonl", dt.date(2024, 3, 4), 9, "m")
+    for name in ("jan", "mar"):
+        ingest(tmp_path / f"{name}.jsonl", "d", workspace)
+    jan = Catalog(workspace).batches("d")[0]
+    stored = workspace.root / jan["path"]
+    stored.write_bytes(stored.read_bytes()[:-10] + b"0123456789")
+    args = ["release", "--dataset", "d", "--epsilon", "5", "--delta", "1e-5", "--topics", "2"]
+    days = ["--since", "2024-03-04", "--until", "2024-03-11", "--mechanism", "dp-vi"]
+    rc = main([*args, *days, "--workspace", str(workspace.root), "--no-progress"])
+    assert rc == 2
+    assert "batch 1 of dataset 'd'" in capsys.readouterr().err
+    states = {e["state"] for e in Catalog(workspace).query("SELECT state FROM ledger")}
+    assert states == {"refunded"}
+
+
 def test_a_record_file_whose_time_key_only_some_objects_have_is_refused(tmp_path, workspace):
     rows = [{"doc_id": "a", "text": "one"}, {"doc_id": "b", "text": "two", "ts": "2024-01-02"}]
     (tmp_path / "f.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
