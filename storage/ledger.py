@@ -413,11 +413,23 @@ class Ledger:
             buckets=self.author_buckets(dataset),
         )
 
-    def spent(
+    def planned(
         self, dataset: str, unit: Adjacency, within: Scope | None = None
     ) -> tuple[Decimal, Decimal]:
-        """``lifetime``'s (epsilon, delta) as exact decimals, for arithmetic on the cap."""
-        rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+        """``lifetime``'s (epsilon, delta) as exact decimals, without the lost attempts of
+        resumed runs: each run once, at the budget it asked for, a function of the requests
+        alone.
+
+        ``--releases-left`` divides what the cap has left by this count, not by the live
+        spend. A lost attempt (a mechanism started, stored nothing, and the resumed run
+        reserved the stage again) says how a run went; if it lowered the next release's
+        share, that manifest's epsilon would tell whether a run crashed (issue 29, review
+        item 2). The lost charge still counts against the cap in every reservation, so a
+        plan it no longer fits is refused (exit 3), never overspent.
+        """
+        rows = [
+            r for r in self.entries(dataset) if r["state"] in ACTIVE and "/lost-" not in r["stage"]
+        ]
         _, eps, delta = _atom_totals(
             rows,
             unit,

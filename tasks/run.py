@@ -605,7 +605,10 @@ def begin_private_reads(spec: RunSpec) -> None:
 
 
 def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:
-    """``spec`` with (epsilon, delta) lowered to what remains / releases_left, if less."""
+    """``spec`` with (epsilon, delta) lowered to what remains / releases_left, if less.
+
+    What remains is the cap less what the runs asked for (``Ledger.planned``), never less
+    their lost attempts: a crash must not reach the next release's epsilon."""
     cap = ledger.cap(spec.dataset)
     if cap is None:
         raise BadInputError(
@@ -617,7 +620,7 @@ def share_remaining(spec: RunSpec, ledger: Ledger, unit: Adjacency) -> RunSpec:
             f"this run's release is {unit.value}-level but the cap is stated at "
             f"{cap.unit.value} level; releases_left needs the cap at the release's unit"
         )
-    spent_eps, spent_delta = ledger.spent(spec.dataset, cap.unit, within=spec.scope)
+    spent_eps, spent_delta = ledger.planned(spec.dataset, cap.unit, within=spec.scope)
     eps_left = exact(cap.epsilon) - spent_eps
     delta_left = exact(cap.delta) - spent_delta
     if eps_left <= 0 or delta_left <= 0:

@@ -227,6 +227,45 @@ def test_releases_left_plans_always_fit_their_cap(workspace):
     assert life.epsilon <= 4.0 and life.epsilon == pytest.approx(4.0, rel=1e-12)
 
 
+def test_a_lost_attempt_never_changes_the_next_releases_share(tmp_path):
+    """Review item 2 (issue 29): two ledgers with the same requests, one of whose runs lost
+    its train stage and reserved it again, give the next ``--releases-left`` run the same
+    share; the lost charge still counts against the cap."""
+    from fdptm.tasks import run as lifecycle
+    from fdptm.tasks.spec import RunSpec
+
+    def spec(run_id: str, ws: Workspace) -> RunSpec:
+        return RunSpec(
+            run_id=run_id,
+            workspace=str(ws.root),
+            dataset="d",
+            epsilon=100.0,
+            delta=0.5,
+            topics=3,
+            mechanism="topicdp-laplace",
+            releases_left=3,
+        )
+
+    shares = []
+    for crashed in (False, True):
+        ws = Workspace(tmp_path / f"ws{crashed}")
+        ledger = _dataset(ws)
+        ledger.set_cap("d", 6.0, 3e-5)
+        first = lifecycle.share_remaining(spec("r1", ws), ledger, D)
+        calibration = lifecycle.calibrate(first, D)
+        ledger.reserve("d", "r1", calibration.plan, calibration.accounting())
+        ledger.commit("r1")
+        if crashed:
+            (train,) = [s for s in calibration.plan.stages if s.stage == "train"]
+            with ledger.catalog.transaction() as con:
+                ledger.replace_lost(con, "d", "r1", train, calibration.accounting())
+        shares.append(lifecycle.share_remaining(spec("r2", ws), ledger, D))
+        lost = ledger.lifetime("d", D).epsilon
+        assert lost == pytest.approx(first.epsilon + (train.epsilon if crashed else 0.0))
+    assert shares[0].epsilon == shares[1].epsilon == pytest.approx((6.0 - 2.0) / 3)
+    assert shares[0].delta == shares[1].delta
+
+
 def test_a_random_dp_spend_against_a_cap_at_another_unit_is_refused_not_a_crash(workspace):
     from fdptm.mechanisms.guarantee import RANDOM_DP
 
