@@ -6,6 +6,9 @@ k rows, the manifest's guarantee equal to the ledger's spends), and only then mo
 ``<workspace>/releases/<run_id>/`` and recorded in the ``releases`` table. Nothing that is
 not DP goes there: no counts, no input sizes, no seeds, no plain hashes of private inputs
 (inputs are identified by keyed commitments, see ``Workspace.commitment``). The manifest's
+exact bytes are signed with the publisher's Ed25519 key (``manifest.sig``, beside the public
+key ``signer.pub``: ``fdptm.signing``), so an edited guarantee or a rewritten file whose
+sha256 was updated in the manifest is refused by ``fdptm.load_release``. The manifest's
 ``topics`` list each topic's words only while they are strictly above the row's floor, with
 their probabilities, and flag topics with no signal (``fdptm.evaluation.topwords``).
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fdptm import signing
 from fdptm.errors import FdptmError
 from fdptm.evaluation import significance
 from fdptm.evaluation.significance import PairEvidence, WordTest
@@ -31,7 +35,7 @@ from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
-from fdptm.storage.artifacts import write_json, write_parquet
+from fdptm.storage.artifacts import atomic_write, write_json, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.objectstore import read
@@ -439,13 +443,16 @@ def _validate(words: list[str], phi: np.ndarray, manifest: dict, plan: BudgetPla
 def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
     """Assemble, validate and publish the release; returns its directory.
 
-    Idempotent for a resumed run: a release already recorded is returned as it is.
+    Idempotent for a resumed run: a release already recorded is returned as it is. The
+    signing key is read (or, the first time, created) before anything is written: a key
+    that cannot sign fails the stage with nothing published, and ``--resume`` completes it.
     """
     workspace = Workspace.resolve(spec.workspace)
     catalog = Catalog(workspace)
     done = catalog.query("SELECT path FROM releases WHERE run_id = ?", [spec.run_id])
     if done:
         return workspace.root / done[0]["path"]
+    key = signing.private_key(workspace)
     plan = calibration_of(spec).plan
     vocab_table = read(workspace, vocab)
     tw_table = read(workspace, topic_word)
@@ -461,6 +468,8 @@ def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
     }
     manifest["files"] = {name: {"sha256": sha} for name, sha in files.items()}
     manifest_sha = write_json(manifest, staging / "manifest.json")
+    for name, data in signing.sign(staging, key).items():
+        files[name] = atomic_write(staging / name, lambda tmp, data=data: tmp.write_bytes(data))
     target = workspace.release_dir(spec.run_id)
     shutil.rmtree(target, ignore_errors=True)  # an earlier attempt of this same run
     os.replace(staging, target)

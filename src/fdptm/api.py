@@ -17,6 +17,7 @@ where the application chooses whether to show them (``fdptm.flows.running``).
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,21 @@ class Workspace:
         rows = self._catalog().query("SELECT run_id FROM releases ORDER BY released_at")
         return [r["run_id"] for r in rows]
 
-    def release(self, run_id: str) -> Release:
-        """The published release of run ``run_id``."""
+    def release(self, run_id: str, key: str | os.PathLike | bytes | None = None) -> Release:
+        """The published release of run ``run_id``, its signature checked (against the
+        public ``key`` too when given: ``fdptm.load_release``)."""
         rows = self._catalog().query("SELECT path FROM releases WHERE run_id = ?", [run_id])
         if not rows:
             raise BadInputError(f"no published release with run id {run_id!r} in {self.path}")
-        return load_release(self.path / rows[0]["path"])
+        return load_release(self.path / rows[0]["path"], key)
+
+    def public_key(self) -> str:
+        """``fdptm verify --public-key``: the public key releases are signed with (PEM, the
+        text of a release's ``signer.pub``), to give auditors out of band; the workspace's
+        key is created if no release made it yet (``$FDPTM_SIGNING_KEY`` overrides it)."""
+        from fdptm import signing
+
+        return signing.public_pem(self._workspace)
 
     def report(self, run_id: str) -> Path:
         """``fdptm report``: the release's HTML report (public); returns its path."""

@@ -16,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from fdptm import cli_local
+from fdptm import cli_local, cli_verify
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.flows import running
 from fdptm.flows.running import STARTUP_TIMEOUT
@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     workspace(ingest)
 
     cli_local.add_parser(sub, workspace)
+    cli_verify.add_parser(sub, workspace)
 
     rel = sub.add_parser(
         "release",
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             "gc": cmd_gc,
             "store": cmd_store,
             "local": cli_local.cmd_local,
+            "verify": cli_verify.cmd_verify,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))

@@ -3,9 +3,11 @@
 A release directory (``<workspace>/releases/<run_id>/``, or a copy of it anywhere) holds
 three files: ``topic_word.parquet`` (one row per topic, its probabilities over the
 vocabulary's columns), ``vocabulary.parquet`` (column index and word) and ``manifest.json``
-(the guarantee, per-stage budgets, parameters and the sha256 of both Parquet files).
-``load_release`` reads them, checks both files against the manifest's hashes (a copied or
-edited file is refused, not silently used), and returns a ``Release``.
+(the guarantee, per-stage budgets, parameters and the sha256 of both Parquet files), and,
+since releases are signed, ``manifest.sig`` and ``signer.pub`` (``fdptm.signing``).
+``load_release`` reads them, checks the manifest's signature (and, given ``key=``, that the
+publisher's key made it) and both files against the manifest's hashes (a copied or edited
+file is refused, not silently used), and returns a ``Release``.
 
 Everything a ``Release`` offers is post-processing of the DP outputs: the topic-word matrix
 and the vocabulary. What a release cannot give: document-topic distributions, term
@@ -41,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fdptm import signing
 from fdptm.errors import BadInputError
 from fdptm.evaluation import significance, topwords
 from fdptm.evaluation.significance import WordTest
@@ -49,8 +52,10 @@ from fdptm.tasks.sources import is_url, shown
 
 if TYPE_CHECKING:
     import pandas as pd
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from gensim.corpora import Dictionary
 
+# every release's files; a signed release also has signing.SIGNATURE_FILES
 FILES = ("topic_word.parquet", "vocabulary.parquet", "manifest.json")
 NO_SIGNAL = "(no signal)"  # show_topics' formatted text for a topic with no signal
 
@@ -61,8 +66,11 @@ logger = logging.getLogger(__name__)
 class Release:
     """One release: the k x V matrix, its vocabulary and its manifest.
 
-    ``load_release`` also keeps the three files' bytes as it checked them (``_files``), so
-    ``save`` writes exactly what was published, whatever happened to the source since.
+    ``load_release`` also keeps the files' bytes as it checked them (``_files``: the three
+    of ``FILES`` and a signed release's ``manifest.sig`` and ``signer.pub``), so ``save``
+    writes exactly what was published, whatever happened to the source since; and
+    ``signer``, the hex of the public key whose signature it checked (None: unsigned, or a
+    ``Release`` built by hand).
     """
 
     path: Path | str  # a directory, or the URL it was loaded from
@@ -70,6 +78,7 @@ class Release:
     vocabulary: list[str]
     manifest: dict
     _files: dict[str, bytes] = field(default_factory=dict, compare=False)
+    signer: str | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         """Run id, k x V and the guarantee in one line; never the matrix or the manifest."""
@@ -155,9 +164,10 @@ class Release:
         return self.topic_word.copy()
 
     def save(self, path: str | Path) -> None:
-        """Write this release as a new directory ``path`` holding its three files exactly
-        as published (byte for byte, so the manifest's sha256 still match and
-        ``load_release(path)`` accepts the copy), as gensim's ``save`` pairs with ``load``.
+        """Write this release as a new directory ``path`` holding its files exactly as
+        published (byte for byte, its signature too, so the manifest's sha256 and signature
+        still match and ``load_release(path)`` accepts the copy), as gensim's ``save`` pairs
+        with ``load``.
 
         ``path`` must not exist or be an empty directory: files are written to a sibling
         staging directory, loaded back and compared with this release, and only then
@@ -183,9 +193,9 @@ class Release:
         staging = target.parent / f".{target.name}.{uuid.uuid4().hex}.partial"
         staging.mkdir()
         try:
-            for name in FILES:
+            for name, data in files.items():
                 with open(staging / name, "wb") as fh:
-                    fh.write(files[name])
+                    fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
             copy = load_release(staging)
@@ -208,20 +218,22 @@ class Release:
             raise
 
     @classmethod
-    def load(cls, path: str | Path) -> Release:
-        """gensim's ``load`` classmethod: ``load_release(path)`` (a directory or an fsspec
-        URL; every file checked against the manifest's sha256)."""
-        return load_release(path)
+    def load(cls, path: str | Path, key: str | os.PathLike | bytes | None = None) -> Release:
+        """gensim's ``load`` classmethod: ``load_release(path, key)`` (a directory or an
+        fsspec URL; the signature and every file checked)."""
+        return load_release(path, key)
 
     def _read_files(self) -> dict[str, bytes]:
         """The files at ``path``, for a Release built by hand rather than loaded (``save``
         then checks them against this object)."""
-        if is_url(self.path) or not all((Path(self.path) / n).is_file() for n in FILES):
+        root = Path(self.path)
+        if is_url(self.path) or not all((root / n).is_file() for n in FILES):
             raise BadInputError(
                 f"this Release holds no published files and {self.path} is not a local "
                 "release directory: load it with load_release, then save that"
             )
-        return {name: (Path(self.path) / name).read_bytes() for name in FILES}
+        names = [*FILES, *(n for n in signing.SIGNATURE_FILES if (root / n).is_file())]
+        return {name: (root / name).read_bytes() for name in names}
 
     def to_gensim(self, n: int = 10) -> tuple[Dictionary, list[list[str]]]:
         """A gensim ``Dictionary`` whose ids are this release's columns, and per topic its
@@ -265,26 +277,42 @@ class Release:
         )
 
 
-def load_release(path: str | Path) -> Release:
+def load_release(path: str | Path, key: str | os.PathLike | bytes | None = None) -> Release:
     """The release in directory ``path``, or at an fsspec URL (``s3://bucket/prefix/
-    releases/<run_id>``: its copy in a workspace's artifact store); BadInputError when a file
-    is missing, does not match the manifest's sha256, or the matrix and vocabulary disagree.
+    releases/<run_id>``: its copy in a workspace's artifact store).
 
-    Each file is read once: the bytes that are hashed are the bytes that are parsed (and
+    A signed release's ``manifest.sig`` is always checked against its ``signer.pub``
+    (integrity). ``key``, the publisher's Ed25519 public key obtained out of band (a path to
+    a key file, PEM or 64 hex digits, or raw bytes; ``fdptm verify --public-key`` prints
+    it), must also be the signer (authenticity), and an unsigned release is then refused.
+
+    BadInputError when a file is missing or unreadable, or ``key`` is not a public key;
+    ``fdptm.signing.VerificationError`` (a BadInputError) when the signature is missing,
+    bad or by another key, or a file does not match the manifest's sha256.
+
+    Each file is read once: the bytes that are checked are the bytes that are parsed (and
     that ``Release.save`` writes)."""
+    pinned = None if key is None else signing.public_key(key)
     if is_url(path):
-        return _load_url(str(path))
-    root = Path(path)
+        return _load_url(str(path), pinned)
+    return _load_dir(Path(path), pinned)
+
+
+def _load_dir(root: Path, key: Ed25519PublicKey | None) -> Release:
+    """``load_release`` of the release directory ``root``, its signature checked (against
+    ``key`` when given)."""
     missing = [name for name in FILES if not (root / name).is_file()]
     if missing:
         raise BadInputError(
             f"{root} is not a release directory: {', '.join(missing)} missing (a release has "
             f"{', '.join(FILES)}; releases live in <workspace>/releases/<run_id>/)"
         )
+    names = [*FILES, *(n for n in signing.SIGNATURE_FILES if (root / n).exists())]
     try:
-        files = {name: (root / name).read_bytes() for name in FILES}
+        files = {name: (root / name).read_bytes() for name in names}
     except OSError as exc:
         raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
+    signer = signing.check(files, key, str(root))
     try:
         manifest = json.loads(files["manifest.json"].decode("utf-8"))
         hashes = {name: entry["sha256"] for name, entry in manifest["files"].items()}
@@ -292,7 +320,7 @@ def load_release(path: str | Path) -> Release:
         raise BadInputError(f"{root / 'manifest.json'} is not a release manifest: {exc}") from None
     for name in FILES[:2]:
         if hashes.get(name) != hashlib.sha256(files[name]).hexdigest():
-            raise BadInputError(
+            raise signing.VerificationError(
                 f"{root / name} does not match the sha256 its manifest records: the file was "
                 "changed or replaced after the release; restore it from the published copy"
             )
@@ -313,7 +341,9 @@ def load_release(path: str | Path) -> Release:
             f"{root}: the topic-word matrix has shape {phi.shape} but the vocabulary has "
             f"{len(words)} words"
         )
-    return Release(root, phi, words, manifest, files)
+    return Release(
+        root, phi, words, manifest, files, None if signer is None else signing.hex_of(signer)
+    )
 
 
 def _number(value: object) -> str:
@@ -334,15 +364,19 @@ def _date_files(folder: Path, release_date: str | None) -> None:
         os.utime(item, (day, day))
 
 
-def _load_url(url: str) -> Release:
-    """``load_release`` of a release directory on an object store: its three files are
-    copied to a private temporary directory, loaded and checked there, and removed."""
+def _load_url(url: str, key: Ed25519PublicKey | None) -> Release:
+    """``load_release`` of a release directory on an object store: its files (the three of
+    every release, and the signature files where the store has them) are copied to a private
+    temporary directory, loaded and checked there (against ``key`` when given), and removed."""
     fs, remote = filesystem(url, "releases")
     with tempfile.TemporaryDirectory(prefix="fdptm-release-") as folder:
-        for name in FILES:
+        for name in (*FILES, *signing.SIGNATURE_FILES):
             try:
                 fs.get_file(f"{remote.rstrip('/')}/{name}", f"{folder}/{name}")
             except FileNotFoundError:
+                if name in signing.SIGNATURE_FILES:  # unsigned, or half signed: checked below
+                    Path(folder, name).unlink(missing_ok=True)  # no empty file left behind
+                    continue
                 raise BadInputError(
                     f"{shown(url)} is not a release directory: {name} missing (a release has "
                     f"{', '.join(FILES)})"
@@ -353,7 +387,7 @@ def _load_url(url: str) -> Release:
                     "URL and the store's credentials and endpoint"
                 ) from exc
         try:
-            release = load_release(folder)
+            release = _load_dir(Path(folder), key)
         except BadInputError as exc:
-            raise BadInputError(str(exc).replace(folder, shown(url))) from None
+            raise type(exc)(str(exc).replace(folder, shown(url))) from None
     return replace(release, path=shown(url))
