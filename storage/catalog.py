@@ -56,6 +56,7 @@ from fdptm.errors import (
     FdptmError,
     WorkspaceNotWritableError,
 )
+from fdptm.storage import chain, postgres, schema
 from fdptm.storage.workspace import (
     FILE_MODE,
     NOT_WRITABLE_ERRNOS,
@@ -69,144 +70,6 @@ MAX_INSTANCES = 4
 _ALIAS = "fdptm_catalog"
 _NOT_WRITABLE_TEXT = ("Permission denied", "Read-only file system")
 _NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS datasets (
-    name VARCHAR PRIMARY KEY,
-    unit VARCHAR NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL,
-    cap_epsilon DOUBLE,
-    cap_delta DOUBLE,
-    cap_unit VARCHAR
-);
-CREATE TABLE IF NOT EXISTS batches (
-    dataset VARCHAR NOT NULL,
-    seq INTEGER NOT NULL,
-    run_id VARCHAR NOT NULL,
-    source VARCHAR NOT NULL,
-    source_sha256 VARCHAR NOT NULL,
-    path VARCHAR NOT NULL,
-    sha256 VARCHAR NOT NULL,
-    n_rows BIGINT NOT NULL,
-    n_rejected BIGINT NOT NULL,
-    rejects_path VARCHAR,
-    has_author_ids BOOLEAN NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (dataset, seq)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id VARCHAR PRIMARY KEY,
-    dataset VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    status VARCHAR NOT NULL,
-    params JSON,
-    code_version VARCHAR NOT NULL,
-    started_at TIMESTAMPTZ NOT NULL,
-    finished_at TIMESTAMPTZ,
-    error VARCHAR
-);
-ALTER TABLE datasets ADD COLUMN IF NOT EXISTS public BOOLEAN DEFAULT FALSE;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner VARCHAR;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS calibration JSON;
-CREATE TABLE IF NOT EXISTS stage_runs (
-    run_id VARCHAR NOT NULL,
-    stage VARCHAR NOT NULL,
-    status VARCHAR NOT NULL,
-    started_at TIMESTAMPTZ NOT NULL,
-    finished_at TIMESTAMPTZ,
-    error VARCHAR,
-    PRIMARY KEY (run_id, stage)
-);
-CREATE TABLE IF NOT EXISTS artifacts (
-    name VARCHAR PRIMARY KEY,
-    run_id VARCHAR NOT NULL,
-    stage VARCHAR NOT NULL,
-    path VARCHAR NOT NULL,
-    sha256 VARCHAR NOT NULL,
-    visibility VARCHAR NOT NULL,
-    n_rows BIGINT,
-    created_at TIMESTAMPTZ NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ledger (
-    entry_id VARCHAR PRIMARY KEY,
-    dataset VARCHAR NOT NULL,
-    run_id VARCHAR NOT NULL,
-    stage VARCHAR NOT NULL,
-    mechanism VARCHAR NOT NULL,
-    adjacency VARCHAR NOT NULL,
-    epsilon DOUBLE NOT NULL,
-    delta DOUBLE NOT NULL,
-    state VARCHAR NOT NULL,
-    note VARCHAR,
-    created_at TIMESTAMPTZ NOT NULL,
-    updated_at TIMESTAMPTZ NOT NULL
-);
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS notion VARCHAR DEFAULT 'approximate-dp';
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS gamma DOUBLE DEFAULT 0.0;
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS accounting JSON;
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS started_at TIMESTAMPTZ;
-ALTER TABLE ledger ADD COLUMN IF NOT EXISTS scope JSON;
-ALTER TABLE batches ADD COLUMN IF NOT EXISTS timed BOOLEAN DEFAULT FALSE;
-ALTER TABLE datasets ADD COLUMN IF NOT EXISTS author_buckets INTEGER;
-ALTER TABLE batches ADD COLUMN IF NOT EXISTS first_day INTEGER;
-ALTER TABLE batches ADD COLUMN IF NOT EXISTS last_day INTEGER;
-CREATE TABLE IF NOT EXISTS releases (
-    run_id VARCHAR PRIMARY KEY,
-    dataset VARCHAR NOT NULL,
-    path VARCHAR NOT NULL,
-    epsilon DOUBLE NOT NULL,
-    delta DOUBLE NOT NULL,
-    adjacency VARCHAR NOT NULL,
-    manifest_sha256 VARCHAR NOT NULL,
-    released_at TIMESTAMPTZ NOT NULL
-);
-ALTER TABLE artifacts ADD COLUMN IF NOT EXISTS stored_in VARCHAR;
-CREATE TABLE IF NOT EXISTS settings (
-    key VARCHAR PRIMARY KEY,
-    value VARCHAR NOT NULL,
-    updated_at TIMESTAMPTZ NOT NULL
-);
-CREATE TABLE IF NOT EXISTS local_collections (
-    dataset VARCHAR PRIMARY KEY,
-    vocabulary_fingerprint VARCHAR NOT NULL,
-    vocabulary JSON NOT NULL,
-    flip_numerator BIGINT NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL
-);
-CREATE TABLE IF NOT EXISTS local_vocabularies (
-    fingerprint VARCHAR PRIMARY KEY,
-    source VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL
-);
-CREATE TABLE IF NOT EXISTS online_models (
-    dataset VARCHAR NOT NULL,
-    name VARCHAR NOT NULL,
-    prior VARCHAR NOT NULL,
-    params JSON NOT NULL,
-    state_path VARCHAR NOT NULL,
-    state_sha256 VARCHAR NOT NULL,
-    last_batch INTEGER NOT NULL,
-    updated_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (dataset, name)
-);
-CREATE TABLE IF NOT EXISTS audit_results (
-    run_id VARCHAR NOT NULL,
-    mode VARCHAR NOT NULL,
-    attack VARCHAR NOT NULL,
-    scope VARCHAR NOT NULL,
-    shadows INTEGER NOT NULL,
-    confidence DOUBLE NOT NULL,
-    auc DOUBLE NOT NULL,
-    tpr_at_fpr_0_001 DOUBLE NOT NULL,
-    tpr_at_fpr_0_01 DOUBLE NOT NULL,
-    epsilon_lower_bound DOUBLE NOT NULL,
-    claim_epsilon DOUBLE,
-    verdict VARCHAR NOT NULL,
-    audited_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (run_id, mode, attack)
-);
-"""
 
 
 def now() -> datetime:
@@ -333,6 +196,7 @@ class _Session:
         A file is known by its device and inode, and one created by this very attach
         always gets the DDL (a deleted catalog's inode number may be reused).
         """
+        self.workspace.check_not_moved()
         created = not self.path.exists()
         if created:
             if not writable:
@@ -369,7 +233,9 @@ class _Session:
             if writable:
                 info = os.stat(self.path)
                 if created or self.schema_of != (info.st_dev, info.st_ino):
-                    self.db.execute(SCHEMA)
+                    self.db.execute("BEGIN TRANSACTION")
+                    schema.migrate(self.db, "duckdb", str(self.path), now())
+                    self.db.execute("COMMIT")
                     self.schema_of = (info.st_dev, info.st_ino)
         except duckdb.Error as exc:
             _raise_translated(exc, self.workspace)
@@ -475,11 +341,23 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Catalog:
-    """Serialised access to ``catalog.duckdb`` in one workspace."""
+    """Serialised access to one workspace's catalog: its ``catalog.duckdb``, or the
+    PostgreSQL database its ``catalog`` URL names (``storage.postgres``), behind one
+    interface: ``connect``, ``transaction``, ``query``, ``execute``."""
 
     def __init__(self, workspace: Workspace):
         self.workspace = workspace
-        self._key = os.path.realpath(workspace.catalog_path)
+        self.url = workspace.catalog
+        self._key = self.url or os.path.realpath(workspace.catalog_path)
+
+    @property
+    def dialect(self) -> str:
+        return "duckdb" if self.url is None else "postgresql"
+
+    @property
+    def where(self) -> str:
+        """The catalog's location, for messages (a URL without its query string)."""
+        return str(self.workspace.catalog_path) if self.url is None else postgres.redacted(self.url)
 
     def _session(self) -> _Session:
         return _registry.session(self._key, self.workspace)
@@ -488,9 +366,15 @@ class Catalog:
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The locked connection; a nested call in the same thread joins the outer block.
 
-        Outside a transaction every statement commits on its own. DuckDB errors that mean
-        the workspace is damaged, read-only or full become the matching ``FdptmError``.
+        Outside a transaction every statement commits on its own (on PostgreSQL, the block
+        commits at its end, and a database error rolls the block back). DuckDB errors that
+        mean the workspace is damaged, read-only or full become the matching
+        ``FdptmError``.
         """
+        if self.url is not None:
+            with self._postgres_block() as con:
+                yield con
+            return
         session = self._session()
         with session.lock:
             if session.depth == 0:
@@ -508,16 +392,42 @@ class Catalog:
                     session.close(discard=broken)
 
     @contextmanager
+    def _postgres_block(self) -> Iterator[postgres.Connection]:
+        psycopg = postgres.driver()
+
+        session = postgres.registry.session(self.url)
+        with session.lock:
+            con = session.open() if session.depth == 0 else session.con
+            session.depth += 1
+            failed = False
+            try:
+                yield con
+            except psycopg.OperationalError as exc:
+                failed = True
+                session.discard()
+                raise postgres.unavailable(self.url, exc) from None
+            except psycopg.Error:
+                failed = True
+                raise
+            finally:
+                session.depth -= 1
+                if session.depth == 0:
+                    session.close(error=failed)
+
+    @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A locked connection inside BEGIN/COMMIT, rolled back on any exception.
 
         Nested in another transaction of the same thread, it joins it: the outermost one
         commits. DuckDB has no savepoints, so an exception that leaves a nested transaction
         rolls back the whole one, even if the outer block catches it: its end then raises
-        instead of committing half of the nested work.
+        instead of committing half of the nested work. On PostgreSQL a transaction inside
+        a plain ``connect`` block is a savepoint of the block's transaction.
         """
         with self.connect() as con:
-            session = self._session()
+            session = (
+                postgres.registry.session(self.url) if self.url is not None else self._session()
+            )
             if session.in_transaction:
                 try:
                     yield con
@@ -525,25 +435,40 @@ class Catalog:
                     session.rollback_only = True
                     raise
                 return
-            con.execute("BEGIN TRANSACTION")
             session.in_transaction, session.rollback_only = True, False
             try:
-                yield con
-            except BaseException:
-                # A failed rollback leaves nothing behind: the instance is discarded next.
-                with suppress(duckdb.Error):
-                    con.execute("ROLLBACK")
-                raise
-            else:
-                if session.rollback_only:
-                    con.execute("ROLLBACK")
-                    raise RuntimeError(
-                        "a nested catalog transaction failed and its exception was caught "
-                        "inside the outer one; the whole transaction was rolled back"
-                    )
-                con.execute("COMMIT")
+                if self.url is not None:
+                    with session.savepoint():
+                        yield con
+                        self._check_nested(session)
+                else:
+                    yield from self._duckdb_transaction(con, session)
             finally:
                 session.in_transaction = session.rollback_only = False
+
+    @staticmethod
+    def _check_nested(session: _Session | postgres.Session) -> None:
+        if session.rollback_only:
+            raise RuntimeError(
+                "a nested catalog transaction failed and its exception was caught inside "
+                "the outer one; the whole transaction was rolled back"
+            )
+
+    def _duckdb_transaction(
+        self, con: duckdb.DuckDBPyConnection, session: _Session
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+        except BaseException:
+            # A failed rollback leaves nothing behind: the instance is discarded next.
+            with suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        if session.rollback_only:
+            con.execute("ROLLBACK")
+            self._check_nested(session)
+        con.execute("COMMIT")
 
     def query(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """Rows of ``sql`` as dicts."""
@@ -598,8 +523,10 @@ class Catalog:
 
     def start_stage(self, run_id: str, stage: str) -> None:
         self.execute(
-            "INSERT OR REPLACE INTO stage_runs (run_id, stage, status, started_at)"
-            " VALUES (?, ?, 'running', ?)",
+            "INSERT INTO stage_runs (run_id, stage, status, started_at)"
+            " VALUES (?, ?, 'running', ?) ON CONFLICT (run_id, stage) DO UPDATE SET"
+            " status = excluded.status, started_at = excluded.started_at, finished_at = NULL,"
+            " error = NULL",
             [run_id, stage, now()],
         )
 
@@ -631,14 +558,42 @@ class Catalog:
         if visibility not in ("internal", "public"):
             raise ValueError(f"visibility must be 'internal' or 'public', got {visibility!r}")
         sql = (
-            "INSERT OR REPLACE INTO artifacts (name, run_id, stage, path, sha256, visibility,"
-            " n_rows, created_at, stored_in) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+            "INSERT INTO artifacts (name, run_id, stage, path, sha256, visibility, n_rows,"
+            " created_at, stored_in) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (name)"
+            " DO UPDATE SET run_id = excluded.run_id, stage = excluded.stage,"
+            " path = excluded.path, sha256 = excluded.sha256, visibility = excluded.visibility,"
+            " n_rows = excluded.n_rows, created_at = excluded.created_at, stored_in = NULL"
         )
         params = [name, run_id, stage, path, sha256, visibility, n_rows, now()]
         if con is not None:
             con.execute(sql, params)
         else:
             self.execute(sql, params)
+
+    @staticmethod
+    def record_release(
+        con: duckdb.DuckDBPyConnection,
+        run_id: str,
+        dataset: str,
+        path: str,
+        guarantee: tuple[float, float, str],
+        manifest_sha256: str,
+    ) -> None:
+        """Record a published release (replacing the row of a run published again) with its
+        manifest's sha256, in the caller's transaction, and chain it (``storage.chain``):
+        ``fdptm verify`` checks the files against it. ``guarantee``: (epsilon, delta,
+        adjacency) as the manifest states them."""
+        epsilon, delta, adjacency = guarantee
+        with chain.tracked(con, dataset, "release", [run_id]):
+            con.execute(
+                "INSERT INTO releases (run_id, dataset, path, epsilon, delta, adjacency,"
+                " manifest_sha256, released_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET dataset = excluded.dataset,"
+                " path = excluded.path, epsilon = excluded.epsilon, delta = excluded.delta,"
+                " adjacency = excluded.adjacency, manifest_sha256 = excluded.manifest_sha256,"
+                " released_at = excluded.released_at",
+                [run_id, dataset, path, epsilon, delta, adjacency, manifest_sha256, now()],
+            )
 
     def record_audit(self, report: dict) -> None:
         """One row per attack of an audit report, replacing the previous audit's rows."""

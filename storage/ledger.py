@@ -85,6 +85,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -102,6 +104,7 @@ from fdptm.privacy.accountant import (
     exact_sum,
 )
 from fdptm.privacy.adjacency import Adjacency, converts_to
+from fdptm.storage import chain
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.partitions import Scope
 
@@ -364,10 +367,12 @@ class Ledger:
                 raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
             if row[0]:
                 raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
-            con.execute(
-                "UPDATE datasets SET cap_epsilon = ?, cap_delta = ?, cap_unit = ? WHERE name = ?",
-                [epsilon, delta, unit.value, dataset],
-            )
+            with chain.tracked(con, dataset, "cap", [dataset]):
+                con.execute(
+                    "UPDATE datasets SET cap_epsilon = ?, cap_delta = ?, cap_unit = ?"
+                    " WHERE name = ?",
+                    [epsilon, delta, unit.value, dataset],
+                )
         return Cap(epsilon, delta, unit)
 
     def cap(self, dataset: str) -> Cap | None:
@@ -438,6 +443,30 @@ class Ledger:
             buckets=self.author_buckets(dataset),
         )
         return eps, delta
+
+    def over_cap(self, dataset: str) -> str | None:
+        """How the spent and reserved entries exceed the lifetime cap (exact arithmetic, as
+        at a reservation), or None when they fit or there is no cap: ``fdptm verify``'s
+        check that the ledger as it stands respects its cap."""
+        cap = self.cap(dataset)
+        if cap is None:
+            return None
+        rows = [r for r in self.entries(dataset) if r["state"] in ACTIVE]
+        try:
+            _, eps, delta = _atom_totals(
+                rows,
+                cap.unit,
+                authors_are_documents=self.authors_are_documents(dataset),
+                buckets=self.author_buckets(dataset),
+            )
+        except ValueError as exc:
+            return f"the entries cannot be stated at the cap's {cap.unit.value} level ({exc})"
+        if eps <= exact(cap.epsilon) and delta <= exact(cap.delta):
+            return None
+        return (
+            f"spent or reserved epsilon={_show(eps)}, delta={_show(delta)} exceeds the lifetime "
+            f"cap of epsilon={cap.epsilon!r}, delta={cap.delta!r} ({cap.unit.value} level)"
+        )
 
     def reserve(
         self,
@@ -530,6 +559,7 @@ class Ledger:
                     None if scope is None else json.dumps(scope.to_dict()),
                 ],
             )
+        chain.record(con, dataset, "entry", [ids[s.stage] for s in stages])
 
     def record_collection(
         self, con, dataset: str, run_id: str, seq: int, epsilon: float, accounting: dict
@@ -567,6 +597,7 @@ class Ledger:
                 json.dumps(Scope((seq,)).to_dict()),
             ],
         )
+        chain.record(con, dataset, "entry", [f"{run_id}/collection"])
 
     def spend(self, entry_id: str, note: str | None = None) -> None:
         """The mechanism has read private data: the reservation is spent for good."""
@@ -578,16 +609,19 @@ class Ledger:
 
     def _transition(self, entry_id: str, allowed: tuple[str, ...], state: str, note) -> None:
         with self.catalog.transaction() as con:
-            row = con.execute("SELECT state FROM ledger WHERE entry_id = ?", [entry_id]).fetchone()
+            row = con.execute(
+                "SELECT state, dataset FROM ledger WHERE entry_id = ?", [entry_id]
+            ).fetchone()
             if row is None:
                 raise KeyError(f"no ledger entry {entry_id}")
             if row[0] not in allowed:
                 raise ValueError(f"ledger entry {entry_id} is {row[0]}, cannot become {state}")
-            con.execute(
-                "UPDATE ledger SET state = ?, note = coalesce(?, note), updated_at = ?"
-                " WHERE entry_id = ?",
-                [state, note, now(), entry_id],
-            )
+            with chain.tracked(con, row[1], "entry", [entry_id]):
+                con.execute(
+                    "UPDATE ledger SET state = ?, note = coalesce(?, note), updated_at = ?"
+                    " WHERE entry_id = ?",
+                    [state, note, now(), entry_id],
+                )
 
     def commit(self, run_id: str, stages: tuple[str, ...] = ("vocabulary", "train")) -> None:
         """The run is about to read private data: every reservation it holds is spent.
@@ -595,7 +629,7 @@ class Ledger:
         Refuses (before any read) unless each of ``stages`` then has a spent entry: a run
         whose reservation was refunded meanwhile (wrongly closed as dead) must not read.
         """
-        with self.catalog.transaction() as con:
+        with self.catalog.transaction() as con, tracked_run(con, run_id):
             con.execute(
                 "UPDATE ledger SET state = 'spent', updated_at = ?,"
                 " note = 'spent: the run read private data'"
@@ -622,7 +656,7 @@ class Ledger:
         retry, a re-entered stage) is refused, and ``--resume`` treats a started entry
         without a stored output as spent and lost.
         """
-        with self.catalog.transaction() as con:
+        with self.catalog.transaction() as con, tracked_run(con, run_id, stage):
             row = con.execute(
                 "UPDATE ledger SET started_at = ? WHERE run_id = ? AND stage = ?"
                 " AND state = 'spent' AND started_at IS NULL RETURNING entry_id",
@@ -637,7 +671,7 @@ class Ledger:
 
     def refund_unused(self, run_id: str, stage: str, note: str) -> None:
         """Refund a spent stage that will never run, decided from DP outputs alone."""
-        with self.catalog.transaction() as con:
+        with self.catalog.transaction() as con, tracked_run(con, run_id, stage):
             con.execute(
                 "UPDATE ledger SET state = 'refunded', note = ?, updated_at = ?"
                 " WHERE run_id = ? AND stage = ? AND state IN ('reserved', 'spent')"
@@ -665,18 +699,39 @@ class Ledger:
             "SELECT count(*) FROM ledger WHERE run_id = ? AND stage LIKE ?",
             [run_id, f"{stage.stage}/lost-%"],
         ).fetchone()[0]
-        con.execute(
-            "UPDATE ledger SET stage = ?, note = ?, updated_at = ? WHERE run_id = ? AND stage = ?",
-            [
-                f"{stage.stage}/lost-{lost + 1}",
-                "spent and lost: the mechanism started and stored nothing",
-                now(),
-                run_id,
-                stage.stage,
-            ],
-        )
+        with tracked_run(con, run_id, stage.stage):
+            con.execute(
+                "UPDATE ledger SET stage = ?, note = ?, updated_at = ?"
+                " WHERE run_id = ? AND stage = ?",
+                [
+                    f"{stage.stage}/lost-{lost + 1}",
+                    "spent and lost: the mechanism started and stored nothing",
+                    now(),
+                    run_id,
+                    stage.stage,
+                ],
+            )
         self._insert(con, dataset, run_id, [stage], accounting, {stage.stage: entry}, scope)
         return entry
+
+
+@contextmanager
+def tracked_run(con, run_id: str, stage: str | None = None) -> Iterator[None]:
+    """``chain.tracked`` over the ledger entries of ``run_id`` (of one ``stage``, if given):
+    checked against the hash chain before the caller changes them, recorded after."""
+    sql = "SELECT dataset, entry_id FROM ledger WHERE run_id = ?"
+    params = [run_id]
+    if stage is not None:
+        sql += " AND stage = ?"
+        params.append(stage)
+    rows = con.execute(sql, params).fetchall()
+    by_dataset: dict[str, list[str]] = {}
+    for dataset, entry_id in rows:
+        by_dataset.setdefault(dataset, []).append(entry_id)
+    with ExitStack() as stack:
+        for dataset, ids in by_dataset.items():
+            stack.enter_context(chain.tracked(con, dataset, "entry", ids))
+        yield
 
 
 def _check_cap(

@@ -241,8 +241,11 @@ def sync(workspace: Workspace, names: Iterable[str] | None = None) -> int:
     sql = "SELECT name, path, sha256 FROM artifacts WHERE stored_in IS DISTINCT FROM ?"
     params: list = [store.url]
     if names is not None:
-        sql += " AND list_contains(?, name)"
-        params.append(list(names))
+        names = list(names)
+        if not names:
+            return 0
+        sql += f" AND name IN ({', '.join('?' * len(names))})"
+        params.extend(names)
     rows = catalog.query(sql + " ORDER BY name", params)
     for row in rows:
         path = workspace.root / row["path"]
@@ -322,7 +325,9 @@ def set_store(workspace: Workspace, url: str) -> int:
     store.probe()
     _fetch_all(workspace)
     Catalog(workspace).execute(
-        "INSERT OR REPLACE INTO settings VALUES (?, ?, ?)", [SETTING, store.url, now()]
+        "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key)"
+        " DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        [SETTING, store.url, now()],
     )
     return sync(workspace)
 

@@ -32,7 +32,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fdptm.errors import (
@@ -44,6 +44,9 @@ from fdptm.errors import (
 
 DEFAULT_WORKSPACE = "fdptm-workspace"
 ENV_VAR = "FDPTM_WORKSPACE"
+CATALOG_ENV_VAR = "FDPTM_CATALOG"
+SECRET_SETTING = "secret_key"
+MOVED_MARKER = "catalog.moved"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 DIR_MODE = 0o700
@@ -158,11 +161,28 @@ def warn_if_exposed(root: Path) -> None:
     )
 
 
+def catalog_from_environment() -> str | None:
+    """$FDPTM_CATALOG (a postgresql:// URL, checked), or None: the workspace's DuckDB file.
+
+    The environment carries the catalog to every process of a run (the CLI's ``--catalog``
+    sets it, a Prefect worker gets it from its job variables), as $FDPTM_WORKSPACE carries
+    the workspace."""
+    url = os.environ.get(CATALOG_ENV_VAR) or None
+    if url is None:
+        return None
+    from fdptm.storage.postgres import check_url
+
+    return check_url(url)
+
+
 @dataclass(frozen=True)
 class Workspace:
-    """Paths inside one workspace directory."""
+    """Paths inside one workspace directory, and where its catalog lives: ``catalog``
+    None for the workspace's own ``catalog.duckdb``, or a PostgreSQL URL shared by the
+    workspaces of several hosts (``storage.postgres``)."""
 
     root: Path
+    catalog: str | None = field(default_factory=catalog_from_environment)
 
     @classmethod
     def resolve(cls, path: str | os.PathLike | None = None) -> Workspace:
@@ -190,7 +210,12 @@ class Workspace:
         return self
 
     def require(self) -> Workspace:
-        """The workspace must exist already (for commands that read from it)."""
+        """The workspace must exist already (for commands that read from it). With a
+        PostgreSQL catalog the datasets live there: a host's workspace directory (its
+        local copies of artifacts) is created on first use."""
+        if self.catalog is not None:
+            return self.create()
+        self.check_not_moved()
         if not self.catalog_path.exists():
             raise BadInputError(
                 f"no fdptm workspace at {self.root} (no catalog.duckdb there); ingest data "
@@ -199,6 +224,17 @@ class Workspace:
             )
         warn_if_exposed(self.root)
         return self
+
+    def check_not_moved(self) -> None:
+        """Refuse the DuckDB catalog of a workspace whose catalog ``fdptm catalog migrate``
+        moved to PostgreSQL: a new file there would start a second ledger."""
+        moved = self.root / MOVED_MARKER
+        if moved.exists():
+            raise BadInputError(
+                f"the catalog of workspace {self.root} was moved to "
+                f"{moved.read_text().strip()} (`fdptm catalog migrate`); give that URL with "
+                f"--catalog or ${CATALOG_ENV_VAR}. Nothing was changed."
+            )
 
     def holds_data(self) -> bool:
         """True when anything was ingested, released or keyed here (beyond empty folders)."""
@@ -212,7 +248,7 @@ class Workspace:
         releases = self.root / "releases"
         if releases.is_dir() and any(releases.iterdir()):
             return True
-        if not self.catalog_path.exists():
+        if self.catalog is None and not self.catalog_path.exists():
             return False
         from fdptm.storage.catalog import Catalog
 
@@ -220,7 +256,7 @@ class Workspace:
 
     def _buckets_spent(self) -> bool:
         """Whether the ledger holds an entry of a dataset with author buckets."""
-        if not self.catalog_path.exists():
+        if self.catalog is None and not self.catalog_path.exists():
             return False
         from fdptm.storage.catalog import Catalog
 
@@ -250,7 +286,10 @@ class Workspace:
         """Refuse (exit 2) a workspace whose ``secret.key`` cannot serve this run, before
         anything is read or reserved: a key that is not a 32-byte hex file, or a missing
         key where releases or author buckets depend on it. A missing key of a workspace
-        with neither is fine: it is created when first needed."""
+        with neither is fine: it is created when first needed. A PostgreSQL catalog keeps
+        its key itself (``_shared_key``)."""
+        if self.catalog is not None:
+            return
         key_path = self.root / "secret.key"
         if key_path.exists() or key_path.is_symlink():
             try:
@@ -273,11 +312,31 @@ class Workspace:
         would make the earlier manifests' commitments unverifiable, so it must come back
         from a backup.
         """
+        if self.catalog is not None:
+            return self._shared_key()
         key_path = self.root / "secret.key"
         self.check_key()
         if not key_path.exists():
             self._create_key(key_path)
         return self._read_key(key_path)
+
+    def _shared_key(self) -> bytes:
+        """The secret key of a PostgreSQL catalog, kept in it (``settings``): every host's
+        workspace must commit and bucket under one key, so it lives with the ledger that
+        depends on it, created once under the catalog's lock. ``fdptm catalog migrate``
+        carries a DuckDB workspace's ``secret.key`` there."""
+        from fdptm.storage.catalog import Catalog, now
+
+        with Catalog(self).transaction() as con:
+            row = con.execute("SELECT value FROM settings WHERE key = ?", [SECRET_SETTING])
+            found = row.fetchone()
+            if found is None:
+                found = (secrets.token_hex(32),)
+                con.execute(
+                    "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)",
+                    [SECRET_SETTING, found[0], now()],
+                )
+        return bytes.fromhex(found[0])
 
     @staticmethod
     def _read_key(key_path: Path) -> bytes:

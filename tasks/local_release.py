@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fdptm import signing
 from fdptm.evaluation import significance
 from fdptm.local.randomizer import SAMPLER
 from fdptm.mechanisms.guarantee import LOCAL_DP
@@ -144,6 +145,7 @@ def publish_local(
     runs in the registering transaction (the online model's move to the next batch), so a
     release and what it advances are recorded together or not at all; if registering fails,
     the files leave the public area."""
+    key = signing.private_key(workspace)  # before anything is written
     words = list(collection.vocabulary.words)
     manifest = {
         "manifest_version": 2,
@@ -182,6 +184,7 @@ def publish_local(
     }
     manifest["files"] = {name: {"sha256": sha} for name, sha in files.items()}
     manifest_sha = write_json(manifest, staging / "manifest.json")
+    files |= signing.sign(staging, key)
     target = workspace.release_dir(run_id)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(staging, target)
@@ -197,11 +200,14 @@ def publish_local(
                 catalog.register_artifact(
                     f"release/{run_id}/{name}", run_id, "release", rel, sha, "public", con=con
                 )
-            con.execute(
-                "INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, 0.0, ?, ?, ?)",
-                [run_id, collection.dataset, str(target.relative_to(workspace.root)),
-                 manifest["guarantee"]["epsilon"], Adjacency.LOCAL.value, manifest_sha, now()],
-            )  # fmt: skip
+            catalog.record_release(
+                con,
+                run_id,
+                collection.dataset,
+                str(target.relative_to(workspace.root)),
+                (manifest["guarantee"]["epsilon"], 0.0, Adjacency.LOCAL.value),
+                manifest_sha,
+            )
     except BaseException:
         os.replace(target, staging)  # not released: out of the public area
         raise

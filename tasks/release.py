@@ -35,7 +35,7 @@ from fdptm.mechanisms.guarantee import combine_notions, describe
 from fdptm.privacy.accountant import BudgetPlan, compose
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
-from fdptm.storage.artifacts import atomic_write, write_json, write_parquet
+from fdptm.storage.artifacts import write_json, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.objectstore import read
@@ -468,8 +468,7 @@ def publish(spec: RunSpec, vocab: dict, topic_word: dict) -> Path:
     }
     manifest["files"] = {name: {"sha256": sha} for name, sha in files.items()}
     manifest_sha = write_json(manifest, staging / "manifest.json")
-    for name, data in signing.sign(staging, key).items():
-        files[name] = atomic_write(staging / name, lambda tmp, data=data: tmp.write_bytes(data))
+    files |= signing.sign(staging, key)
     target = workspace.release_dir(spec.run_id)
     shutil.rmtree(target, ignore_errors=True)  # an earlier attempt of this same run
     os.replace(staging, target)
@@ -508,16 +507,11 @@ def _register(
                 "public",
                 con=con,
             )
-        con.execute(
-            "INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                spec.run_id,
-                spec.dataset,
-                str(target.relative_to(workspace.root)),
-                g["epsilon"],
-                g["delta"],
-                g["adjacency"],
-                manifest_sha,
-                now(),
-            ],
+        catalog.record_release(
+            con,
+            spec.run_id,
+            spec.dataset,
+            str(target.relative_to(workspace.root)),
+            (g["epsilon"], g["delta"], g["adjacency"]),
+            manifest_sha,
         )

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from fdptm import planning
+from fdptm import planning, signing
 from fdptm.codec import decode, encode
 from fdptm.errors import BadInputError, BudgetRefusedError
 from fdptm.faults import checkpoint
@@ -252,6 +252,14 @@ def check_noise(stage: str, params: dict, path: str = "") -> None:
                 )
 
 
+def check_keys(workspace: Workspace) -> None:
+    """The workspace's secret key and the key releases are signed with can serve the run:
+    refused (exit 2) before anything is reserved, so a bad signing key never fails a run
+    after its spend."""
+    workspace.check_key()
+    signing.private_key(workspace)
+
+
 def _dataset_context(catalog: Catalog, dataset: str) -> tuple[Ledger, list[dict]]:
     workspace = catalog.workspace
     if catalog.dataset(dataset) is None:
@@ -364,7 +372,7 @@ def _checked(request: ReleaseRequest) -> tuple[Workspace, RunSpec, Ledger]:
     workspace = Workspace.resolve(request.workspace).require()
     spec = RunSpec.from_request(request, "", str(workspace.root))
     validate(spec)
-    workspace.check_key()
+    check_keys(workspace)
     ledger, batches = _dataset_context(Catalog(workspace), spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
@@ -441,7 +449,7 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     catalog = Catalog(workspace)
     spec = RunSpec.from_request(request, new_run_id(request.dataset), str(workspace.root))
     validate(spec)
-    workspace.check_key()
+    check_keys(workspace)
     ledger, batches = _dataset_context(catalog, spec.dataset)
     spec = scoped(spec, batches, ledger.author_buckets(spec.dataset))
     check_public_inputs(spec, workspace)
@@ -557,7 +565,7 @@ def resumable(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibration, 
 
 def preflight_resume(workspace: Workspace, run_id: str) -> list[str]:
     """The checks of ``--resume`` before Prefect starts; the lost stages to re-reserve."""
-    workspace.check_key()
+    check_keys(workspace)
     recovery.recover(workspace)
     spec, calibration, lost = resumable(workspace, run_id)
     if lost:
@@ -572,7 +580,7 @@ def prepare_resume(workspace: Workspace, run_id: str) -> tuple[RunSpec, Calibrat
     Stored outputs are reused by the stages; a lost stage's earlier entry stays spent and
     a new one is reserved (refused with exit code 3 if the cap cannot cover it).
     """
-    workspace.check_key()
+    check_keys(workspace)
     recovery.recover(workspace)
     owner = recovery.claim(workspace, run_id)
     try:

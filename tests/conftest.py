@@ -106,6 +106,39 @@ def s3_server():
         server.wait(timeout=30)
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server (Debian's package) for this test process
+    (``postgres_server.PostgresServer``)."""
+    from postgres_server import PostgresServer
+
+    server = PostgresServer(free_port()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_catalog(postgres_server, monkeypatch) -> str:
+    """A new empty PostgreSQL database as the catalog of every workspace in this test
+    ($FDPTM_CATALOG, inherited by the processes the test starts): its URL."""
+    url = postgres_server.database()
+    monkeypatch.setenv("FDPTM_CATALOG", url)
+    return url
+
+
+@pytest.fixture(autouse=True)
+def _catalog_backend(request):
+    """``FDPTM_TEST_CATALOG=postgresql pytest ...`` runs tests on a PostgreSQL catalog, a new
+    database per test (module-scoped fixtures keep the DuckDB file they made)."""
+    if os.environ.get("FDPTM_TEST_CATALOG") != "postgresql":
+        yield
+        return
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("FDPTM_CATALOG", request.getfixturevalue("postgres_server").database())
+    yield
+    monkeypatch.undo()
+
+
 def s3_filesystem(endpoint: str):
     """An s3fs filesystem on the test server, for tests to put and inspect objects."""
     import s3fs

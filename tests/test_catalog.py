@@ -30,15 +30,17 @@ def _tables(catalog: Catalog) -> set[str]:
 
 
 def _used(workspace: Workspace) -> Catalog:
-    """A catalog with a dataset, a cap and 5000 artifact rows (several MB of blocks)."""
+    """A catalog with a dataset, a cap and 5000 (refunded) ledger rows of it: several MB
+    of blocks, which `fdptm budget` reads in full."""
     catalog = Catalog(workspace.create())
     catalog.ensure_dataset("d", "document")
     Ledger(catalog).set_cap("d", 10.0, 1e-5)
     catalog.execute(
-        "INSERT INTO artifacts (name, run_id, stage, path, sha256, visibility, n_rows,"
-        " created_at) SELECT 'a' || i, 'run-' || i, 'stage', 'path/' || i,"
-        " sha256(i::VARCHAR), 'internal', i, ? FROM range(5000) t(i)",
-        [now()],
+        "INSERT INTO ledger (entry_id, dataset, run_id, stage, mechanism, adjacency, epsilon,"
+        " delta, state, note, created_at, updated_at) SELECT 'e' || i, 'd', 'run-' || i,"
+        " 'train', 'm2', 'document', 1.0, 0.0, 'refunded', sha256(i::VARCHAR), ?, ?"
+        " FROM range(5000) t(i)",
+        [now(), now()],
     )
     return catalog
 
@@ -131,30 +133,36 @@ def test_nested_blocks_join_the_outer_one(workspace):
     assert "rolled back" in out["caught_nested"]
 
 
-def _truncation_seen_only_at_query(path) -> int:
-    """A length at which DuckDB still opens the truncated file but a full scan fails."""
+DUCKDB_HEADER, DUCKDB_BLOCK = 3 * 4096, 262_144  # DuckDB's file layout (storage version 64+)
+
+
+def _block_damage_seen_only_at_query(path) -> bytes:
+    """The file with one data block garbled (its checksum left as it was), such that DuckDB
+    still opens it but a full scan of the ledger fails: which block holds the ledger's
+    rows depends on how the checkpoint laid the file out, so each block is tried."""
     data = path.read_bytes()
     probe = path.with_name("probe.duckdb")
     try:
-        for tenth in range(5, 10):
-            cut = len(data) * tenth // 10
-            probe.write_bytes(data[:cut])
+        for start in range(DUCKDB_HEADER, len(data), DUCKDB_BLOCK):
+            damaged = bytearray(data)
+            damaged[start + 8 : start + 4096] = os.urandom(4088)
+            probe.write_bytes(damaged)
             try:
                 con = duckdb.connect(str(probe), read_only=True)
             except duckdb.Error:
                 continue
             try:
-                con.execute("SELECT * FROM artifacts").fetchall()
+                con.execute("SELECT * FROM ledger").fetchall()
             except duckdb.Error:
-                return cut
+                return bytes(damaged)
             finally:
                 con.close()
     finally:
         probe.unlink(missing_ok=True)
-    pytest.fail("no truncation of this catalog opens and then fails at a query")
+    pytest.fail("no damaged block of this catalog opens and then fails at a query")
 
 
-@pytest.mark.parametrize("damage", ["truncated, seen at query", "truncated", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["a block, seen at query", "truncated", "garbage", "empty"])
 def test_a_damaged_catalog_is_a_clear_error_and_is_left_alone(workspace, capsys, damage):
     _used(workspace)
     path = workspace.catalog_path
@@ -163,14 +171,15 @@ def test_a_damaged_catalog_is_a_clear_error_and_is_left_alone(workspace, capsys,
         path.write_bytes(os.urandom(size))
     elif damage == "empty":
         path.write_bytes(b"")
+    elif "query" in damage:
+        path.write_bytes(_block_damage_seen_only_at_query(path))
     else:
-        cut = _truncation_seen_only_at_query(path) if "query" in damage else size // 3
         with open(path, "r+b") as fh:
-            fh.truncate(cut)
+            fh.truncate(size // 3)
     before = path.read_bytes()
 
     with pytest.raises(CatalogDamagedError) as err:
-        Catalog(workspace).query("SELECT * FROM artifacts")
+        Catalog(workspace).query("SELECT * FROM ledger")
     assert isinstance(err.value, BadInputError) and err.value.exit_code == 2
     message = str(err.value)
     assert "is damaged" in message and "Nothing was changed" in message
@@ -226,4 +235,4 @@ def test_a_restored_copy_is_read_with_its_wal(workspace, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(workspace.root, copy)
     assert Catalog(Workspace.resolve(copy)).dataset("d")["cap_epsilon"] == 10.0
-    assert catalog.query("SELECT count(*) AS n FROM artifacts")[0]["n"] == 5000
+    assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == 5000

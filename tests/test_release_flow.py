@@ -45,6 +45,8 @@ def test_release_files_and_guarantee(released):
     path = workspace.root / "releases" / out["run_id"]
     assert sorted(p.name for p in path.iterdir()) == [
         "manifest.json",
+        "manifest.sig",
+        "signer.pub",
         "topic_word.parquet",
         "vocabulary.parquet",
     ]

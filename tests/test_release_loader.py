@@ -111,8 +111,9 @@ def test_altered_or_incomplete_releases_are_refused(released, tmp_path):
 
 
 def test_columns_follow_the_vocabularys_index_not_its_row_order(released, tmp_path):
-    """A vocabulary file whose rows are permuted (its hash recorded again) loads to the
-    same columns: words are placed by their ``index``, not by their row."""
+    """A vocabulary file whose rows are permuted (its hash recorded again, the signature
+    removed: an unsigned release, as older versions published) loads to the same columns:
+    words are placed by their ``index``, not by their row."""
     import pyarrow as pa
 
     from fdptm.storage.artifacts import file_sha256
@@ -125,4 +126,6 @@ def test_columns_follow_the_vocabularys_index_not_its_row_order(released, tmp_pa
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["files"]["vocabulary.parquet"]["sha256"] = file_sha256(copy / "vocabulary.parquet")
     (copy / "manifest.json").write_text(json.dumps(manifest))
+    for name in ("manifest.sig", "signer.pub"):  # an edited manifest fails its signature
+        (copy / name).unlink()
     assert fdptm.load_release(copy).vocabulary == fdptm.load_release(released[2]).vocabulary

@@ -87,8 +87,7 @@ def rewrite_manifest(folder: Path, edit) -> None:
 def resign(folder: Path, key: Ed25519PrivateKey) -> None:
     """A forger's signature: the manifest signed by ``key``, whose public key replaces
     signer.pub."""
-    for name, data in signing.sign(folder, key).items():
-        (folder / name).write_bytes(data)
+    signing.sign(folder, key)
 
 
 # --- what publish writes ----------------------------------------------------------------
@@ -364,29 +363,27 @@ def release_paths(workspace: Workspace) -> set[Path]:
     }
 
 
-def test_a_key_that_cannot_sign_publishes_nothing_and_resume_completes(
+def test_a_key_that_cannot_sign_is_refused_before_anything_is_reserved(
     released, tmp_path, monkeypatch, capsys
 ):
-    """The key is read when the run publishes, after the spend: a bad one fails the stage
-    (exit 2) with nothing in releases/, and --resume publishes, signed, once it is fixed."""
+    """The key is checked with the workspace's secret key, before the reservation: a bad
+    one is refused (exit 2) with nothing reserved or published, so it can never fail a run
+    after its spend; once fixed, the next release is signed by it."""
     workspace = released[0]
     key = write_key(tmp_path / "open.pem", Ed25519PrivateKey.generate(), 0o644)
     published = release_paths(workspace)
+    entries = Catalog(workspace).query("SELECT entry_id FROM ledger")
     monkeypatch.setenv(signing.ENV_VAR, str(key))
     capsys.readouterr()
     assert main([*RELEASE, "--workspace", str(workspace.root)]) == 2
     assert "open to group or others (mode 0644)" in capsys.readouterr().err
     assert release_paths(workspace) == published
-    assert {p.name for p in (workspace.root / "releases").iterdir()} == {p.name for p in published}
-    (failed,) = Catalog(workspace).query(
-        "SELECT run_id FROM runs WHERE status = 'failed' AND kind = 'release'"
-    )
+    assert Catalog(workspace).query("SELECT entry_id FROM ledger") == entries
     os.chmod(key, 0o600)
-    assert main(["release", "--resume", failed["run_id"], "--workspace", str(workspace.root)]) == 0
-    (resumed,) = release_paths(workspace) - published
-    assert resumed.name == failed["run_id"]
+    assert main([*RELEASE, "--workspace", str(workspace.root)]) == 0
+    (new,) = release_paths(workspace) - published
     public = signing.private_key(workspace).public_key()
-    assert load_release(resumed, key=signing.hex_of(public)).run_id == failed["run_id"]
+    assert load_release(new, key=signing.hex_of(public)).path == new
 
 
 @pytest.mark.parametrize(

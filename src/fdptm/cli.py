@@ -1,5 +1,8 @@
 """The ``fdptm`` command line: demo, ingest, release, backfill, compare, audit, report,
-recover, gc, partitions, mechanisms, budget.
+recover, gc, partitions, mechanisms, budget, verify, catalog, local.
+
+Every command that takes ``--workspace`` also takes ``--catalog URL``: the PostgreSQL
+catalog shared by several hosts (``storage.postgres``), as ``$FDPTM_CATALOG`` does.
 
 Exit codes: 0 ok, 1 unexpected failure, 2 bad input or an environment problem the message
 says how to fix (a full disk, a read-only workspace, Prefect's API not starting in time),
@@ -14,9 +17,11 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from fdptm import cli_local, cli_verify
+from fdptm import cli_catalog, cli_local, cli_verify
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.flows import running
 from fdptm.flows.running import STARTUP_TIMEOUT
@@ -110,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_local.add_parser(sub, workspace)
     cli_verify.add_parser(sub, workspace)
+    cli_catalog.add_parser(sub, workspace)
 
     rel = sub.add_parser(
         "release",
@@ -309,11 +315,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     budget.add_argument("--json", action="store_true")
     workspace(budget)
+    _add_catalog_option(parser)
     return parser
+
+
+def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
+    """``--catalog`` on every (sub)command that has ``--workspace``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_catalog_option(child)
+    if any("--workspace" in a.option_strings for a in parser._actions):
+        parser.add_argument(
+            "--catalog",
+            metavar="URL",
+            help="the catalog and ledger in PostgreSQL (postgresql://user@host:port/db, "
+            "shared by several hosts; default: $FDPTM_CATALOG, else the workspace's "
+            "catalog.duckdb)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with _catalog_of(args):
+        return _dispatch(args)
+
+
+@contextmanager
+def _catalog_of(args: argparse.Namespace) -> Iterator[None]:
+    """``--catalog`` as $FDPTM_CATALOG while the command runs (every flow and task of it
+    resolves workspaces from the environment), as it was afterwards."""
+    url = getattr(args, "catalog", None)
+    if not url:
+        yield
+        return
+    from fdptm.storage.workspace import CATALOG_ENV_VAR
+
+    before = os.environ.get(CATALOG_ENV_VAR)
+    os.environ[CATALOG_ENV_VAR] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CATALOG_ENV_VAR, None)
+        else:
+            os.environ[CATALOG_ENV_VAR] = before
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     _quiet_prefect()
     warnings.showwarning = _show_warning
     try:
@@ -336,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             "store": cmd_store,
             "local": cli_local.cmd_local,
             "verify": cli_verify.cmd_verify,
+            "catalog": cli_catalog.cmd_catalog,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))

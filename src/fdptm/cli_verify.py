@@ -5,11 +5,12 @@
   against the manifest's sha256 (``fdptm.load_release``). Exit 0 with a short report when
   the release is intact, 1 with the check that failed when it is not, 2 for bad input (not
   a release directory, a key that cannot be read).
+* ``fdptm verify --dataset NAME [--head SEQ:HASH]``: the dataset's ledger against its
+  hash chain, every published release's files against the manifest hash the chain holds
+  (and their signatures), and the spend against the cap (``storage.verification``); exit 1
+  with every difference found. It prints the chain's head to keep for the next audit.
 * ``fdptm verify --public-key``: the public key this workspace (or ``$FDPTM_SIGNING_KEY``)
   signs releases with, in PEM, to give auditors out of band.
-
-What to verify is one option of a mutually exclusive group, so further targets (a
-dataset's ledger, say) join it as options of their own.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import argparse
 from fdptm.errors import BadInputError
 
 DESCRIPTION = (
-    "Check a release's signature and files, or print the public key releases are signed "
-    "with. Exit codes: 0 the release is intact (signed by PUB when --key is given), 1 it is "
-    "not (a file or the manifest changed, a signature is missing or bad, or another key "
-    "signed it), 2 bad input (not a release directory, a key that cannot be read)."
+    "Check a release's signature and files, or a dataset's ledger and releases against its "
+    "hash chain, or print the public key releases are signed with. Exit codes: 0 intact "
+    "(signed by PUB when --key is given), 1 not (a file, the manifest or a ledger row "
+    "changed, a signature is missing or bad, another key signed it, the spend exceeds the "
+    "cap), 2 bad input (not a release directory, a key that cannot be read, no such dataset)."
 )
 
 
@@ -39,6 +41,11 @@ def add_parser(sub, workspace) -> None:
         help="a release directory (<workspace>/releases/<run_id>, a copy, or an fsspec URL)",
     )
     what.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="a dataset: its ledger against the hash chain, its releases, its cap",
+    )
+    what.add_argument(
         "--public-key",
         action="store_true",
         help="print the public key releases are signed with (PEM, as in a release's "
@@ -51,6 +58,11 @@ def add_parser(sub, workspace) -> None:
         help="with --release: the publisher's public key (a file holding PEM or 64 hex "
         "digits, or the hex digits), obtained out of band; the release must be signed by it",
     )
+    verify.add_argument(
+        "--head",
+        metavar="SEQ:HASH",
+        help="with --dataset: a head an earlier verify printed; the chain must still hold it",
+    )
     workspace(verify)
 
 
@@ -61,7 +73,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "--key is the key to check a release against: give it with --release DIR"
             )
         return _public_key(args)
+    if args.head is not None and args.dataset is None:
+        raise BadInputError("--head is a head of a dataset's chain: give it with --dataset")
+    if args.dataset is not None:
+        return _dataset(args)
     return _release(args)
+
+
+def _dataset(args: argparse.Namespace) -> int:
+    from fdptm.storage.verification import parse_head, verify_dataset
+    from fdptm.storage.workspace import Workspace
+
+    head = None if args.head is None else parse_head(args.head)
+    found = verify_dataset(Workspace.resolve(args.workspace).require(), args.dataset, head)
+    print(f"dataset:   {found.dataset}")
+    print(f"chain:     {found.events} events; head {found.head} (keep it: --head)")
+    print(f"releases:  {found.releases} checked against their recorded manifest hashes")
+    if found.ok:
+        print("verdict:   OK")
+        return 0
+    print(f"verdict:   FAILED ({len(found.problems)} problem(s))")
+    for problem in found.problems:
+        print(f"  - {problem}")
+    return 1
 
 
 def _public_key(args: argparse.Namespace) -> int:

@@ -41,3 +41,7 @@ class DiskFullError(WorkspaceError):
 
 class CatalogBusyError(WorkspaceError):
     """Another program (not fdptm, which waits for ``catalog.lock``) holds the catalog open."""
+
+
+class CatalogUnavailableError(WorkspaceError):
+    """The PostgreSQL catalog cannot be reached (server down, credentials, no database)."""

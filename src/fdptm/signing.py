@@ -163,11 +163,18 @@ def _read_private(path: Path, origin: str, remedy: str) -> Ed25519PrivateKey:
     return key
 
 
-def sign(folder: Path, key: Ed25519PrivateKey) -> dict[str, bytes]:
-    """``manifest.sig`` and ``signer.pub`` for the release whose ``manifest.json`` is in
-    ``folder``: the signature of the manifest's exact bytes, and the key to check it."""
+def sign(folder: Path, key: Ed25519PrivateKey) -> dict[str, str]:
+    """Write ``manifest.sig`` and ``signer.pub`` beside the release's ``manifest.json`` in
+    ``folder`` (atomically): the signature of the manifest's exact bytes, and the key to
+    check it. Their sha256 by name, for the catalog."""
+    from fdptm.storage.artifacts import atomic_write
+
     manifest = (folder / MANIFEST).read_bytes()
-    return {SIGNATURE: key.sign(manifest), PUBLIC_KEY: pem_of(key.public_key())}
+    written = {SIGNATURE: key.sign(manifest), PUBLIC_KEY: pem_of(key.public_key())}
+    return {
+        name: atomic_write(folder / name, lambda tmp, data=data: tmp.write_bytes(data))
+        for name, data in written.items()
+    }
 
 
 def public_key(key: str | os.PathLike | bytes) -> Ed25519PublicKey:

@@ -1,0 +1,128 @@
+"""``fdptm catalog migrate``: move a workspace's DuckDB catalog into PostgreSQL, whole.
+
+The DuckDB catalog is first brought to the latest schema (``storage.schema``), then every
+row of every table is copied into the PostgreSQL catalog in one transaction under the
+catalog's lock, with the workspace's ``secret.key`` (the key of the manifests' input
+commitments and of the author buckets, which a PostgreSQL catalog keeps in ``settings``).
+Before the commit, each table is read back and compared with the source row by row (the
+canonical images of ``storage.chain``), and each dataset's hash chain is verified on the
+copy: a difference rolls everything back and changes nothing. After the commit the DuckDB
+file is renamed ``catalog.duckdb.moved`` and ``catalog.moved`` names the new catalog: a
+command that opens this workspace without ``--catalog`` is refused with that URL, instead
+of starting a second ledger beside the moved one.
+
+The target must be a new catalog (no datasets, no settings): merging two ledgers, or two
+secret keys, has no single right answer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from fdptm.errors import BadInputError
+from fdptm.storage import chain
+from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.postgres import check_url, redacted
+from fdptm.storage.schema import LATEST
+from fdptm.storage.workspace import MOVED_MARKER, SECRET_SETTING, Workspace
+
+TABLES = (
+    "datasets",
+    "batches",
+    "runs",
+    "stage_runs",
+    "artifacts",
+    "ledger",
+    "ledger_events",
+    "releases",
+    "settings",
+    "local_collections",
+    "local_vocabularies",
+    "online_models",
+    "audit_results",
+)
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What ``migrate`` copied: rows per table."""
+
+    url: str
+    rows: dict[str, int]
+
+
+def _rows(con, table: str) -> tuple[list[str], list[tuple]]:
+    cursor = con.execute(f"SELECT * FROM {table}")
+    return [c[0] for c in cursor.description], cursor.fetchall()
+
+
+def _images(names: list[str], rows: list[tuple]) -> list[str]:
+    return sorted(chain.image(dict(zip(names, r, strict=True))) for r in rows)
+
+
+def migrate(workspace: Workspace, url: str) -> Moved:
+    """Copy ``workspace``'s DuckDB catalog into the PostgreSQL catalog at ``url``."""
+    url = check_url(url)
+    source = Catalog(replace(workspace, catalog=None))
+    if not workspace.catalog_path.exists():
+        raise BadInputError(f"no DuckDB catalog to move at {workspace.catalog_path}")
+    target = Catalog(replace(workspace, catalog=url))
+    key_path = workspace.root / "secret.key"
+    secret = None
+    if key_path.exists():
+        Workspace.check_key(replace(workspace, catalog=None))
+        secret = Workspace._read_key(key_path).hex()
+    copied: dict[str, int] = {}
+    with source.transaction() as src, target.transaction() as dst:
+        if (
+            dst.execute("SELECT count(*) FROM datasets").fetchone()[0]
+            or dst.execute("SELECT count(*) FROM settings").fetchone()[0]
+        ):
+            raise BadInputError(
+                f"the catalog {redacted(url)} already holds datasets or settings; `fdptm "
+                "catalog migrate` moves a workspace into a new, empty catalog (create one with "
+                "`createdb NAME`). Nothing was changed."
+            )
+        for table in TABLES:
+            names, rows = _rows(src, table)
+            if rows:
+                marks = ", ".join(["%s"] * len(names))
+                dst.raw.cursor().executemany(
+                    f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", rows
+                )
+            got_names, got = _rows(dst, table)
+            if _images(names, rows) != _images(got_names, got):
+                raise BadInputError(
+                    f"copying table {table} into {redacted(url)} did not give the same rows "
+                    "back; nothing was changed (the copy was rolled back)"
+                )
+            copied[table] = len(rows)
+        if secret is not None:
+            dst.execute(
+                "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)",
+                [SECRET_SETTING, secret, now()],
+            )
+        _check_chains(replace(workspace, catalog=url))  # on the copy, before it commits
+    workspace.catalog_path.rename(workspace.catalog_path.with_name("catalog.duckdb.moved"))
+    wal = workspace.catalog_path.with_name("catalog.duckdb.wal")
+    if wal.exists():
+        wal.rename(wal.with_name("catalog.duckdb.moved.wal"))
+    marker = workspace.root / MOVED_MARKER
+    marker.write_text(redacted(url) + "\n")
+    os.chmod(marker, 0o600)
+    return Moved(redacted(url), copied)
+
+
+def _check_chains(workspace: Workspace) -> None:
+    """Every dataset's rows verify against its hash chain on the copy (schema version
+    ``LATEST``; the release files are not read here)."""
+    from fdptm.storage.verification import verify_dataset
+
+    for name in Catalog(workspace).datasets():
+        broken = verify_dataset(workspace, name, files=False).problems
+        if broken:
+            raise BadInputError(
+                f"after the copy, dataset {name!r} does not verify on the new catalog (schema "
+                f"version {LATEST}): {broken[0]}. Nothing was changed (the copy was rolled back)."
+            )
