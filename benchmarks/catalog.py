@@ -30,7 +30,8 @@ from pathlib import Path
 
 import duckdb
 
-from fdptm.storage.catalog import SCHEMA, Catalog, now
+from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.schema import MIGRATIONS
 from fdptm.storage.workspace import Workspace
 
 HERE = Path(__file__).resolve().parent
@@ -44,6 +45,7 @@ WRITE = (
     " VALUES (?, ?, 'running', ?)"
 )
 _OLD_THREAD_LOCK = threading.RLock()
+SCHEMA = ";\n".join(MIGRATIONS[0].render("duckdb"))  # the DDL every call used to run
 
 
 @contextmanager

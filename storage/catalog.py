@@ -486,12 +486,26 @@ class Catalog:
     def ensure_dataset(self, name: str, unit: str) -> str:
         """Create ``name`` with privacy unit ``unit`` unless it exists; its (existing) unit."""
         with self.transaction() as con:
-            con.execute(
-                "INSERT INTO datasets (name, unit, created_at) VALUES (?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                [name, unit, now()],
-            )
+            self.create_dataset(con, name, unit)
             return con.execute("SELECT unit FROM datasets WHERE name = ?", [name]).fetchone()[0]
+
+    @staticmethod
+    def create_dataset(
+        con: duckdb.DuckDBPyConnection,
+        name: str,
+        unit: str,
+        public: bool = False,
+        author_buckets: int | None = None,
+    ) -> None:
+        """Create dataset ``name`` unless it exists, in the caller's transaction, and chain its
+        row: its unit, whether it is public and its author buckets decide how the ledger
+        counts (``storage.chain``)."""
+        con.execute(
+            "INSERT INTO datasets (name, unit, created_at, public, author_buckets)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [name, unit, now(), public, author_buckets],
+        )
+        chain.record(con, name, "dataset", [name])
 
     def dataset(self, name: str) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM datasets WHERE name = ?", [name])

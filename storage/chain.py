@@ -2,17 +2,19 @@
 accounting rests on (issue 29, item 3).
 
 Three kinds of catalog rows decide what a dataset has spent and published: its ledger
-entries (``entry``, by entry id), its lifetime cap (``cap``: the ``datasets`` row's cap
-columns, by dataset name) and its published releases (``release``, by run id, with the
-manifest's sha256). Every change fdptm makes to one of them appends an event to
-``ledger_events``, in the same transaction: the row's image after the change (every column,
-as canonical JSON), numbered per dataset and chained: ``hash = sha256(prev_hash "\\n"
-canonical event)``, the first event's ``prev_hash`` 64 zeros.
+entries (``entry``, by entry id), its own row (``dataset``, by name: its unit, whether it is
+public, its author buckets and its lifetime cap, which decide how the entries are counted)
+and its published releases (``release``, by run id, with the manifest's sha256). Every
+change fdptm makes to one of them appends an event to ``ledger_events``, in the same
+transaction: the row's image after the change (the columns above, as canonical JSON),
+numbered per dataset and chained: ``hash = sha256(prev_hash "\\n" canonical event)``, the
+first event's ``prev_hash`` 64 zeros.
 
 So the current rows must equal the last image the chain holds of each, and:
 
-- an edited row differs from its last image (``fdptm verify --dataset`` reports it, and the
-  next change fdptm makes to it is refused: ``guard``);
+- an edited row differs from its last image (``fdptm verify --dataset`` reports it; the
+  next change fdptm makes to it is refused, ``guard``, and so is every reservation of the
+  dataset, ``check_dataset``);
 - a deleted row has an image and no row; an inserted row has a row and no image;
 - an edited or deleted event breaks the chain at that point (its hash, or the next one's
   ``prev_hash``, no longer match), and the numbering shows a gap;
@@ -41,19 +43,19 @@ from typing import Any
 from fdptm.errors import FdptmError
 
 GENESIS = "0" * 64
-# a dataset without a cap has no cap row to chain: setting one is its first event
-_CAP = (
-    "SELECT name, cap_epsilon, cap_delta, cap_unit FROM datasets"
-    " WHERE name = ? AND cap_epsilon IS NOT NULL"
+# what of a dataset's row the ledger's totals depend on (its creation date aside)
+_DATASET = (
+    "SELECT name, unit, public, author_buckets, cap_epsilon, cap_delta, cap_unit FROM datasets"
+    " WHERE name = ?"
 )
 _ROWS = {
     "entry": "SELECT * FROM ledger WHERE entry_id = ?",
-    "cap": _CAP,
+    "dataset": _DATASET,
     "release": "SELECT * FROM releases WHERE run_id = ?",
 }
 _ALL = {
     "entry": ("SELECT * FROM ledger WHERE dataset = ? ORDER BY created_at, entry_id", "entry_id"),
-    "cap": (_CAP, "name"),
+    "dataset": (_DATASET, "name"),
     "release": ("SELECT * FROM releases WHERE dataset = ? ORDER BY released_at, run_id", "run_id"),
 }
 
@@ -135,6 +137,33 @@ def guard(con: Any, dataset: str, kind: str, subjects: list[str]) -> None:
                 f"was changed. `fdptm verify --dataset {dataset}` lists every difference; "
                 "restore the catalog from a backup."
             )
+
+
+def check_dataset(con: Any, dataset: str) -> None:
+    """Refuse (``LedgerTamperedError``) when any chained row of ``dataset`` differs from its
+    last image in the chain: the cap check of a reservation must read the ledger as fdptm
+    left it, not one with an entry lowered, deleted or added outside it. Two queries."""
+    last = {
+        (kind, subject): body
+        for kind, subject, body in con.execute(
+            "SELECT e.kind, e.subject, e.body FROM ledger_events e JOIN (SELECT kind, subject,"
+            " max(seq) AS seq FROM ledger_events WHERE dataset = ? GROUP BY kind, subject) m"
+            " ON e.kind = m.kind AND e.subject = m.subject AND e.seq = m.seq"
+            " WHERE e.dataset = ?",
+            [dataset, dataset],
+        ).fetchall()
+    }
+    current = images(con, dataset)
+    changed = sorted(k for k in set(last) | set(current) if last.get(k) != current.get(k))
+    if changed:
+        kind, subject = changed[0]
+        raise LedgerTamperedError(
+            f"the {kind} {subject!r} of dataset {dataset!r} in the catalog differs from its "
+            f"record in the ledger's hash chain ({len(changed)} row(s) differ): the catalog "
+            "was changed outside fdptm, so its cap check cannot be trusted. Nothing was "
+            f"reserved. `fdptm verify --dataset {dataset}` lists every difference; restore the "
+            "catalog from a backup."
+        )
 
 
 def record(con: Any, dataset: str, kind: str, subjects: list[str]) -> None:

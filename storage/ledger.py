@@ -367,7 +367,7 @@ class Ledger:
                 raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
             if row[0]:
                 raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
-            with chain.tracked(con, dataset, "cap", [dataset]):
+            with chain.tracked(con, dataset, "dataset", [dataset]):
                 con.execute(
                     "UPDATE datasets SET cap_epsilon = ?, cap_delta = ?, cap_unit = ?"
                     " WHERE name = ?",
@@ -517,6 +517,7 @@ class Ledger:
             raise BadInputError(f"no dataset named {dataset!r}; ingest it first")
         if row[4]:
             raise BadInputError(PUBLIC_NOT_CHARGED.format(dataset=dataset))
+        chain.check_dataset(con, dataset)
         if row[0] is None:
             return
         cap = Cap(row[0], row[1], Adjacency(row[2]))

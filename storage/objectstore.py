@@ -1,8 +1,10 @@
 """The artifact store: a copy of the workspace's artifacts on an object store (issue 13, item 5).
 
 ``fdptm store --set s3://bucket/prefix`` (any fsspec URL whose driver is installed) names a
-workspace's store. The setting lives in the catalog (``settings``), which stays a local
-DuckDB file with its lock and ``secret.key``. The store mirrors the workspace's layout:
+workspace's store. The setting lives in the catalog (``settings``): the workspace's own
+DuckDB file, which stays local with its lock and ``secret.key``, or a PostgreSQL catalog,
+where every host that shares it reads the same store. The store mirrors the workspace's
+layout:
 ``<store>/datasets/...`` and ``<store>/internal/...`` are internal (raw text and tokens),
 ``<store>/releases/...`` are the public releases. fdptm sets no ACL: the bucket must be
 private to the organisation, as the workspace directory is.

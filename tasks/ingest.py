@@ -719,11 +719,7 @@ def _ingest(
                 f"no valid row in {source}: all {n} rows were rejected "
                 f"({_summary(counts)}); see {workspace.root / rejects_rel}"
             )
-        con.execute(
-            "INSERT INTO datasets (name, unit, created_at, public, author_buckets)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [dataset, declared, now(), public, author_buckets],
-        )
+        catalog.create_dataset(con, dataset, declared, public, author_buckets)
         table = pa.table(
             {
                 k: pa.array([typed[k][i] for i in accepted], BATCH_SCHEMA.field(k).type)

@@ -209,10 +209,7 @@ def _declare(con, dataset: str, vocabulary: LocalVocabulary, flip: Flip) -> None
                 "public source: run `fdptm local vocabulary SOURCE OUTPUT` here (the same "
                 "source and size give the same fingerprint) before collecting over it"
             )
-        con.execute(
-            "INSERT INTO datasets (name, unit, created_at, public) VALUES (?, ?, ?, FALSE)",
-            [dataset, Adjacency.LOCAL.value, now()],
-        )
+        Catalog.create_dataset(con, dataset, Adjacency.LOCAL.value)
         con.execute(
             "INSERT INTO local_collections VALUES (?, ?, ?, ?, ?)",
             [dataset, vocabulary.fingerprint, json.dumps(vocabulary.to_dict()), flip.numerator,

@@ -126,19 +126,6 @@ def pg_catalog(postgres_server, monkeypatch) -> str:
     return url
 
 
-@pytest.fixture(autouse=True)
-def _catalog_backend(request):
-    """``FDPTM_TEST_CATALOG=postgresql pytest ...`` runs tests on a PostgreSQL catalog, a new
-    database per test (module-scoped fixtures keep the DuckDB file they made)."""
-    if os.environ.get("FDPTM_TEST_CATALOG") != "postgresql":
-        yield
-        return
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setenv("FDPTM_CATALOG", request.getfixturevalue("postgres_server").database())
-    yield
-    monkeypatch.undo()
-
-
 def s3_filesystem(endpoint: str):
     """An s3fs filesystem on the test server, for tests to put and inspect objects."""
     import s3fs

@@ -103,7 +103,12 @@ def _race(root: str, barrier, results) -> None:
         results.put("refused")
 
 
-def test_two_processes_at_once_never_overspend(workspace):
+@pytest.mark.parametrize("backend", ["duckdb", "postgresql"])
+def test_two_processes_at_once_never_overspend(workspace, backend, request, monkeypatch):
+    if backend == "postgresql":  # the processes share the catalog through $FDPTM_CATALOG
+        url = request.getfixturevalue("postgres_server").database()
+        monkeypatch.setenv("FDPTM_CATALOG", url)
+        workspace = Workspace.resolve(workspace.root)
     ledger = _dataset(workspace)
     ledger.set_cap("d", 3.0, 1e-4)  # room for one run of epsilon 2, not two
     ctx = mp.get_context("spawn")

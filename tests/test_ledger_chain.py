@@ -66,7 +66,7 @@ def test_every_change_fdptm_makes_is_chained_and_verifies(ws):
     with ledger.catalog.connect() as con:
         events = chain.events(con, "d")
     kinds = [e["kind"] for e in events]
-    assert kinds[0] == "cap" and kinds.count("cap") == 1
+    assert kinds[:2] == ["dataset", "dataset"] and kinds.count("dataset") == 2  # made, capped
     # r1: 2 reserved, 2 spent, 1 started; r2: 2 reserved, 2 refunded; r3: 2 reserved,
     # 2 spent, 1 started, 1 renamed lost, 1 reserved again, 1 spent
     assert kinds.count("entry") == 5 + 4 + 8
@@ -86,8 +86,10 @@ TAMPERING = {
     " 'r9', stage, mechanism, adjacency, epsilon, delta, 'refunded', created_at, updated_at"
     " FROM ledger WHERE run_id = 'r1' AND stage = 'train'",
     "the cap raised": "UPDATE datasets SET cap_epsilon = 100 WHERE name = 'd'",
+    "the dataset made public": "UPDATE datasets SET public = TRUE WHERE name = 'd'",
+    "author buckets declared": "UPDATE datasets SET author_buckets = 64 WHERE name = 'd'",
     "an event's body edited": "UPDATE ledger_events SET body = replace(body, '\"spent\"',"
-    " '\"refunded\"') WHERE seq = 4",
+    " '\"refunded\"') WHERE seq = 5",
     "an event's hash rewritten": "UPDATE ledger_events SET hash = prev_hash WHERE seq = 6",
     "an event deleted": "DELETE FROM ledger_events WHERE seq = 2",
     "the last event deleted": "DELETE FROM ledger_events WHERE seq = (SELECT max(seq)"
@@ -123,7 +125,7 @@ def test_a_consistent_rewrite_is_caught_by_the_cap_check_and_by_an_earlier_head(
     check and the head an auditor kept catch it."""
     ledger = _history(ws)
     head = parse_head(verify_dataset(ws, "d").head)
-    with ledger.catalog.transaction() as con, chain.tracked(con, "d", "cap", ["d"]):
+    with ledger.catalog.transaction() as con, chain.tracked(con, "d", "dataset", ["d"]):
         con.execute("UPDATE datasets SET cap_epsilon = 1.0 WHERE name = 'd'")
     found = verify_dataset(ws, "d", head)
     assert found.problems and "exceeds the lifetime cap" in found.problems[0]
@@ -149,7 +151,7 @@ def test_a_catalog_from_before_the_chain_adopts_its_rows(tmp_path, monkeypatch):
 
     catalog_module._registry = catalog_module._Registry()  # a new process: migrations run
     found = verify_dataset(ws, "d")
-    assert found.ok and found.events == 1 + 2 * 3 + 1  # the cap, six entries, r3's new train
+    assert found.ok and found.events == 1 + 2 * 3 + 1  # the dataset, its six entries, r3's train
     versions = Catalog(ws).query("SELECT version FROM schema_migrations ORDER BY version")
     assert [r["version"] for r in versions] == [1, 2]
 
@@ -159,3 +161,15 @@ def test_verify_refuses_bad_input_with_exit_2(ws, capsys):
     assert main(["verify", "--dataset", "nope", "--workspace", str(ws.root)]) == 2
     assert main(["verify", "--dataset", "d", "--head", "3:xyz", "--workspace", str(ws.root)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_reservation_on_a_tampered_ledger_is_refused_and_reserves_nothing(ws, capsys):
+    """The cap check reads the ledger as fdptm left it: an entry lowered outside fdptm
+    (which would free budget) stops every later reservation of the dataset."""
+    ledger = _history(ws)
+    ledger.catalog.execute("UPDATE ledger SET epsilon = 0.1 WHERE run_id = 'r1'")
+    before = len(ledger.entries("d"))
+    with pytest.raises(chain.LedgerTamperedError, match="cap check cannot be trusted"):
+        ledger.reserve("d", "r4", _plan(1.0))
+    assert len(ledger.entries("d")) == before
+    assert main(["budget", "--dataset", "d", "--workspace", str(ws.root)]) == 0  # reads work

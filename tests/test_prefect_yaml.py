@@ -23,11 +23,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import free_port
+from conftest import S3_CREDENTIALS, free_port, s3_filesystem
 
 from fdptm.request import LocalReleaseRequest, ReleaseRequest
 
@@ -86,14 +88,14 @@ def _client(api: str):
     return SyncPrefectClient(api)
 
 
-@pytest.fixture(scope="module")
-def prefect_api(tmp_path_factory):
-    """A real Prefect server (the scheduler's loop every 2 s) with the fdptm-process pool and
-    prefect.yaml's deployments (`prefect deploy --all`): its API URL and its log file."""
+@contextmanager
+def _server(root: Path, **settings: str) -> Iterator[tuple[str, Path]]:
+    """A real Prefect server in ``root`` (the scheduler's loop every 2 s; ``settings``: more
+    of its environment, e.g. its database) with the fdptm-process pool and prefect.yaml's
+    deployments (`prefect deploy --all`): its API URL and its log file."""
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.workers.process import ProcessWorker
 
-    root = tmp_path_factory.mktemp("prefect-server")
     home = root / "home"
     home.mkdir()
     port = free_port()
@@ -103,6 +105,7 @@ def prefect_api(tmp_path_factory):
         home,
         PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2",
         PREFECT_SERVER_LOGGING_LEVEL="INFO",  # the scheduler's "Scheduled N runs." lines
+        **settings,
     )
     command = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
     with log.open("w") as out:
@@ -143,6 +146,13 @@ def prefect_api(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    """``_server`` on its own SQLite database."""
+    with _server(tmp_path_factory.mktemp("prefect-server")) as found:
+        yield found
 
 
 def test_prefect_deploy_all_registers_every_deployment_on_the_process_pool(prefect_api):
@@ -289,3 +299,115 @@ def test_a_process_worker_runs_the_release_and_backfill_deployments(prefect_api,
         _assert_completed(client, "the backfill's release", nested.id, worker)
     releases = [p for p in (ws / "releases").iterdir() if (p / "manifest.json").exists()]
     assert len(releases) == 2, releases  # the weekly release and the backfill's batch 1
+
+
+def test_two_workers_on_postgresql_run_a_scheduled_release_and_a_backfill(
+    tmp_path, postgres_server, s3_server
+):
+    """The production deployment of the manual (docs/how-to/production.md): the Prefect
+    server on PostgreSQL, the catalog on PostgreSQL, the artifacts on an S3 store, one
+    signing key, and two process workers, each in a working directory of its own (a host),
+    each taking one of the two runs. Both runs complete; the ledger holds both releases;
+    `fdptm verify` from a third directory checks the ledger and both releases' files (from
+    the store), and each release verifies against the deployment's public key."""
+    from gensim.test.utils import datapath
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.client.schemas.objects import StateType
+
+    from fdptm.cli import DEMO
+
+    catalog, prefect_db = postgres_server.database(), postgres_server.database()
+    prefect_url = prefect_db.replace("postgresql://", "postgresql+asyncpg://")
+    bucket = f"fdptm-{os.urandom(4).hex()}"
+    s3_filesystem(s3_server).mkdir(bucket)
+    key = tmp_path / "signing.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True)
+    key.chmod(0o600)
+    shared = S3_CREDENTIALS | {
+        "AWS_ENDPOINT_URL": s3_server,
+        "FDPTM_CATALOG": catalog,
+        "FDPTM_SIGNING_KEY": str(key),
+    }
+
+    def host(name: str, api: str) -> tuple[Path, dict[str, str]]:
+        root = tmp_path / name
+        (root / "home").mkdir(parents=True)
+        return root, _env(root / "home", api, FDPTM_WORKSPACE=str(root / "ws"), **shared)
+
+    server_root = tmp_path / "prefect-server"
+    server_root.mkdir()
+    with _server(server_root, PREFECT_API_DATABASE_CONNECTION_URL=prefect_url) as (api, _):
+        admin, env = host("admin", api)
+        _run("fdptm", "store", "--set", f"s3://{bucket}/fdptm", env=env, cwd=admin)
+        lee = ["ingest", datapath("lee_background.cor"), "--dataset", "lee", "--format", "lines"]
+        _run("fdptm", *lee, env=env, cwd=admin)
+        request = {"dataset": "lee", **DEMO}
+        with _client(api) as client:
+            runs = {
+                name: client.create_flow_run_from_deployment(
+                    client.read_deployment_by_name(name).id, parameters={"request": request}
+                ).id
+                for name in ("release/weekly-release", "backfill/backfill")
+            }
+        start = ["worker", "start", "--pool", "fdptm-process", "--type", "process"]
+        once = [*start, "--run-once", "--limit", "1", "--install-policy", "never"]
+        workers = []
+        for i in (1, 2):
+            root, worker_env = host(f"worker{i}", api)
+            workers.append(
+                subprocess.Popen(
+                    [str(BIN / "prefect"), *once],
+                    cwd=root,
+                    env=worker_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+            if i == 1:  # the first worker has taken one run before the second starts
+                _wait_for_a_run_to_start(api, list(runs.values()), workers[0])
+        done = []
+        for worker in workers:
+            out, err = worker.communicate(timeout=TIMEOUT)
+            done.append(subprocess.CompletedProcess(worker.args, worker.returncode, out, err))
+        both = subprocess.CompletedProcess(
+            "two workers",
+            max(w.returncode for w in done),
+            "\n".join(w.stdout for w in done),
+            "\n".join(w.stderr for w in done),
+        )
+        with _client(api) as client:
+            for name, run_id in runs.items():
+                _assert_completed(client, name, run_id, both)
+            (nested,) = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(
+                        any_=[runs["backfill/backfill"]]
+                    )
+                )
+            )
+            assert nested.state.type == StateType.COMPLETED
+        published = {
+            i: [p for p in (tmp_path / f"worker{i}" / "ws" / "releases").glob("*/manifest.json")]
+            for i in (1, 2)
+        }
+        assert sorted(len(found) for found in published.values()) == [1, 1], published
+        auditor, env = host("auditor", api)
+        verified = _run("fdptm", "verify", "--dataset", "lee", env=env, cwd=auditor)
+        assert "releases:  2 checked" in verified and "verdict:   OK" in verified
+        public = auditor / "deployment.pub"
+        public.write_text(_run("fdptm", "verify", "--public-key", env=env, cwd=auditor))
+        for manifest in [*published[1], *published[2]]:
+            url = f"s3://{bucket}/fdptm/releases/{manifest.parent.name}"
+            out = _run("fdptm", "verify", "--release", url, "--key", str(public), env=env)
+            assert "verdict:   OK" in out
+
+
+def _wait_for_a_run_to_start(api: str, run_ids: list, worker: subprocess.Popen) -> None:
+    """Until one of ``run_ids`` has left the Scheduled state (a worker claimed it)."""
+    deadline = time.monotonic() + TIMEOUT
+    with _client(api) as client:
+        while not any(not client.read_flow_run(r).state.is_scheduled() for r in run_ids):
+            assert worker.poll() is None, worker.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no worker claimed a run"
+            time.sleep(0.5)

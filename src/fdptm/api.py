@@ -30,10 +30,33 @@ from fdptm.storage import workspace as storage
 from fdptm.storage.objectstore import StorePendingWarning
 
 
-class Workspace:
-    """A workspace directory: its datasets, releases, audits (created on first write)."""
+def _use_catalog(url: str) -> None:
+    from fdptm.storage.postgres import check_url, redacted
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    url = check_url(url)
+    current = os.environ.get(storage.CATALOG_ENV_VAR)
+    if current and current != url:
+        raise BadInputError(
+            f"this process already uses the catalog {redacted(current)}; one process works "
+            f"with one catalog (flows resolve it from ${storage.CATALOG_ENV_VAR}): use "
+            f"another process for {redacted(url)}"
+        )
+    os.environ[storage.CATALOG_ENV_VAR] = url
+
+
+class Workspace:
+    """A workspace directory: its datasets, releases, audits (created on first write).
+
+    ``catalog``: a PostgreSQL URL (``postgresql://user@host:port/db``) holding the catalog
+    and ledger that several hosts share, as ``fdptm --catalog`` takes; default
+    ``$FDPTM_CATALOG``, else the workspace's own DuckDB file. Every flow and task of this
+    process resolves its catalog from ``$FDPTM_CATALOG``, so giving one sets it for the
+    process, and a second, different one in the same process is refused.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, catalog: str | None = None) -> None:
+        if catalog is not None:
+            _use_catalog(catalog)
         self._workspace = storage.Workspace.resolve(path)
 
     @property
