@@ -500,12 +500,12 @@ class Catalog:
         """Create dataset ``name`` unless it exists, in the caller's transaction, and chain its
         row: its unit, whether it is public and its author buckets decide how the ledger
         counts (``storage.chain``)."""
-        con.execute(
-            "INSERT INTO datasets (name, unit, created_at, public, author_buckets)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [name, unit, now(), public, author_buckets],
-        )
-        chain.record(con, name, "dataset", [name])
+        with chain.tracked(con, name, "dataset", [name]):  # a deleted row is not made anew
+            con.execute(
+                "INSERT INTO datasets (name, unit, created_at, public, author_buckets)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [name, unit, now(), public, author_buckets],
+            )
 
     def dataset(self, name: str) -> dict[str, Any] | None:
         rows = self.query("SELECT * FROM datasets WHERE name = ?", [name])

@@ -573,6 +573,7 @@ class Ledger:
         device may report in every batch), and a cap at ``local`` refuses the batch
         (``BudgetRefusedError``, nothing stored) when the sum would exceed it: a function of
         f, V and the number of batches only."""
+        chain.check_dataset(con, dataset)
         cap = self.cap(dataset)
         if cap is not None:
             active = [r for r in self.entries(dataset) if r["state"] in ACTIVE]

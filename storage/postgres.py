@@ -13,7 +13,8 @@ Serialisation. The DuckDB catalog serialises every block of catalog work across 
 with a file lock, so a check-then-insert (the ledger's reservation, the next batch number)
 is atomic. Here every outermost block is one PostgreSQL transaction that first takes one
 transaction-level advisory lock (``pg_advisory_xact_lock``), shared by every host: the same
-serial order, across machines, held for milliseconds, released by the server at commit, at
+serial order, across machines, held for one block of catalog work (milliseconds; longer
+when the block checks or fetches a file), released by the server at commit, at
 rollback, or when the connection dies (a worker killed with SIGKILL holds nothing). A
 nested ``transaction()`` is a savepoint, so an exception it raises undoes its own work
 only, as in DuckDB.
@@ -94,6 +95,38 @@ def translate(sql: str) -> str:
     return "".join(out)
 
 
+# READ COMMITTED pinned (the lock-then-read design needs each statement to see what the
+# previous holder of the lock committed; a database default of REPEATABLE READ would read a
+# snapshot taken before the lock was granted); a session idle inside a transaction (a
+# stopped process holding the catalog's lock) is ended after 5 minutes; keepalives find a
+# dead peer within about a minute instead of two hours
+SESSION_OPTIONS = (
+    "-c default_transaction_isolation=read\\ committed"
+    " -c idle_in_transaction_session_timeout=300000"
+    " -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+)
+
+
+def connect(url: str) -> Any:
+    """A new autocommit connection to the catalog at ``url``, with ``SESSION_OPTIONS``."""
+    psycopg = driver()
+    try:
+        raw = psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            options=SESSION_OPTIONS,
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+    except psycopg.Error as exc:
+        raise unavailable(url, exc) from None
+    raw.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    return raw
+
+
 class Connection:
     """The part of DuckDB's connection interface the catalog uses, on a psycopg connection."""
 
@@ -101,7 +134,9 @@ class Connection:
         self.raw = raw
 
     def execute(self, sql: str, params: list[Any] | tuple[Any, ...] | None = None) -> Any:
-        return self.raw.execute(translate(sql), list(params) if params else None)
+        if not params:  # psycopg sends a query without parameters as it is
+            return self.raw.execute(sql)
+        return self.raw.execute(translate(sql), list(params))
 
 
 class Session:
@@ -124,16 +159,9 @@ class Session:
         self.migrated = False
 
     def _connect(self) -> Any:
-        psycopg = driver()
-
         if self.raw is not None and not self.raw.closed and not self.raw.broken:
             return self.raw
-        try:
-            self.raw = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
-            )
-        except psycopg.Error as exc:
-            raise unavailable(self.url, exc) from None
+        self.raw = connect(self.url)
         self.migrated = False
         return self.raw
 
@@ -194,39 +222,58 @@ class Session:
             yield
 
 
-def _on_connection(url: str, sql: str, key: int) -> bool:
-    """Run one advisory-lock function on this process's connection (outside any block's
-    transaction unless this thread is in one: session-level locks outlive transactions)."""
-    psycopg = driver()
+_HOLDERS: dict[tuple[str, int], Any] = {}
 
+
+def hold(url: str, key: int) -> bool:
+    """Take the session-level advisory lock ``key`` on a connection of its own, unless
+    another session holds it: a run's ownership (``storage.recovery``), which the server
+    releases when its owner dies, on any host. Its own connection, so that the catalog
+    connection being dropped and re-opened (after a database error) never loses it."""
+    raw = connect(url)
+    if raw.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0]:
+        _HOLDERS[url, key] = raw
+        return True
+    raw.close()
+    return False
+
+
+def unhold(url: str, key: int) -> None:
+    raw = _HOLDERS.pop((url, key), None)
+    if raw is not None:
+        with suppress(Exception):
+            raw.close()  # the server releases the lock with the session
+
+
+def held_elsewhere(url: str, key: int) -> bool:
+    """Whether another session holds ``key``: taken and given back at once when free, on
+    this process's catalog connection."""
+    psycopg = driver()
     session = registry.session(url)
     with session.lock:
         raw = session._connect()
         try:
-            return bool(raw.execute(sql, [key]).fetchone()[0])
+            if raw.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0]:
+                raw.execute("SELECT pg_advisory_unlock(%s)", [key])
+                return False
+            return True
         except psycopg.OperationalError as exc:
             session.discard()
             raise unavailable(url, exc) from None
 
 
-def hold(url: str, key: int) -> bool:
-    """Take the session-level advisory lock ``key`` unless another session holds it.
-
-    Held until ``unhold`` or until this process's connection ends: a run's ownership
-    (``storage.recovery``), which the server releases when its owner dies, on any host."""
-    return _on_connection(url, "SELECT pg_try_advisory_lock(%s)", key)
-
-
-def unhold(url: str, key: int) -> None:
-    _on_connection(url, "SELECT pg_advisory_unlock(%s)", key)
-
-
-def held_elsewhere(url: str, key: int) -> bool:
-    """Whether another session holds ``key`` (taken and given back at once if free)."""
-    if hold(url, key):
-        unhold(url, key)
-        return False
-    return True
+def explained(exc: Exception) -> str | None:
+    """What to tell the user about a database error of the PostgreSQL catalog (a missing
+    privilege, a constraint, a server-side limit), or None for other exceptions."""
+    if not type(exc).__module__.startswith("psycopg"):
+        return None
+    text = re.sub(r"\s+", " ", str(exc)).strip()
+    return (
+        f"the PostgreSQL catalog refused this command ({type(exc).__name__}: {text}); what it "
+        "had not committed was rolled back. A missing privilege means the database role "
+        "cannot do what the command needs (an auditor's read-only role can run `fdptm verify` "
+        "and `fdptm budget`); `fdptm catalog status` checks the connection."
+    )
 
 
 def unavailable(url: str, exc: Exception) -> CatalogUnavailableError:
@@ -263,14 +310,15 @@ def _after_fork_in_child() -> None:
     on the shared socket would close the parent's session. The child points its copies of
     the sockets at /dev/null, keeps the objects referenced, and starts afresh."""
     global registry
-    for session in registry.sessions.values():
-        if session.raw is not None and not session.raw.closed:
+    for raw in [*(s.raw for s in registry.sessions.values()), *_HOLDERS.values()]:
+        if raw is not None and not raw.closed:
             with suppress(OSError):
                 null = os.open(os.devnull, os.O_RDWR)
-                os.dup2(null, session.raw.fileno())
+                os.dup2(null, raw.fileno())
                 os.close(null)
-            _inherited.append(session.raw)
+            _inherited.append(raw)
     registry = Registry()
+    _HOLDERS.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

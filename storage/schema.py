@@ -211,8 +211,13 @@ _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
 
 
 def applied(con: Any) -> int:
-    """The highest migration ``con``'s catalog has (0 for a catalog without the table)."""
-    con.execute(_BOOKKEEPING)
+    """The highest migration ``con``'s catalog has (0 for a catalog without the table).
+    Reads only: a role that may only read the catalog (an auditor's) gets its answer."""
+    (tables,) = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()
+    if not tables:
+        return 0
     (version,) = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
     return int(version)
 
@@ -227,6 +232,9 @@ def migrate(con: Any, dialect: str, where: str, now: Any) -> list[int]:
             f"this one (which knows versions up to {LATEST}); nothing was changed. Upgrade "
             "fdptm on this host (`pip install -U fdptm`) to use it."
         )
+    if have == LATEST:
+        return []
+    con.execute(_BOOKKEEPING)
     done = []
     for step in MIGRATIONS:
         if step.version <= have:

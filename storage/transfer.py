@@ -2,17 +2,17 @@
 
 The DuckDB catalog is first brought to the latest schema (``storage.schema``), then every
 row of every table is copied into the PostgreSQL catalog in one transaction under the
-catalog's lock, with the workspace's ``secret.key`` (the key of the manifests' input
-commitments and of the author buckets, which a PostgreSQL catalog keeps in ``settings``).
-Before the commit, each table is read back and compared with the source row by row (the
-canonical images of ``storage.chain``), and each dataset's hash chain is verified on the
-copy: a difference rolls everything back and changes nothing. After the commit the DuckDB
-file is renamed ``catalog.duckdb.moved`` and ``catalog.moved`` names the new catalog: a
-command that opens this workspace without ``--catalog`` is refused with that URL, instead
-of starting a second ledger beside the moved one.
+catalog's lock. Before the commit, each table is read back and compared with the source row
+by row (the canonical images of ``storage.chain``), and each dataset's hash chain is
+verified on the copy: a difference rolls everything back and changes nothing. After the
+commit, still under the DuckDB file's lock, ``catalog.moved`` names the new catalog: from
+then on a command that opens this workspace without ``--catalog`` is refused with that URL
+instead of starting a second ledger beside the moved one; then the DuckDB file is renamed
+``catalog.duckdb.moved``. The workspace's ``secret.key`` stays a file: the hosts of a
+PostgreSQL catalog take it from ``$FDPTM_SECRET_KEY`` (``storage.workspace``).
 
-The target must be a new catalog (no datasets, no settings): merging two ledgers, or two
-secret keys, has no single right answer.
+The target must be a new catalog (no datasets, no settings): merging two ledgers has no
+single right answer. A workspace with a run in progress is refused.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 
 from fdptm.errors import BadInputError
 from fdptm.storage import chain
-from fdptm.storage.catalog import Catalog, now
+from fdptm.storage.catalog import Catalog
 from fdptm.storage.postgres import check_url, redacted
 from fdptm.storage.schema import LATEST
-from fdptm.storage.workspace import MOVED_MARKER, SECRET_SETTING, Workspace
+from fdptm.storage.workspace import MOVED_MARKER, Workspace
 
 TABLES = (
     "datasets",
@@ -68,50 +68,52 @@ def migrate(workspace: Workspace, url: str) -> Moved:
     if not workspace.catalog_path.exists():
         raise BadInputError(f"no DuckDB catalog to move at {workspace.catalog_path}")
     target = Catalog(replace(workspace, catalog=url))
-    key_path = workspace.root / "secret.key"
-    secret = None
-    if key_path.exists():
-        Workspace.check_key(replace(workspace, catalog=None))
-        secret = Workspace._read_key(key_path).hex()
     copied: dict[str, int] = {}
-    with source.transaction() as src, target.transaction() as dst:
-        if (
-            dst.execute("SELECT count(*) FROM datasets").fetchone()[0]
-            or dst.execute("SELECT count(*) FROM settings").fetchone()[0]
-        ):
-            raise BadInputError(
-                f"the catalog {redacted(url)} already holds datasets or settings; `fdptm "
-                "catalog migrate` moves a workspace into a new, empty catalog (create one with "
-                "`createdb NAME`). Nothing was changed."
-            )
-        for table in TABLES:
-            names, rows = _rows(src, table)
-            if rows:
-                marks = ", ".join(["%s"] * len(names))
-                dst.raw.cursor().executemany(
-                    f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", rows
-                )
-            got_names, got = _rows(dst, table)
-            if _images(names, rows) != _images(got_names, got):
-                raise BadInputError(
-                    f"copying table {table} into {redacted(url)} did not give the same rows "
-                    "back; nothing was changed (the copy was rolled back)"
-                )
-            copied[table] = len(rows)
-        if secret is not None:
-            dst.execute(
-                "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)",
-                [SECRET_SETTING, secret, now()],
-            )
-        _check_chains(replace(workspace, catalog=url))  # on the copy, before it commits
-    workspace.catalog_path.rename(workspace.catalog_path.with_name("catalog.duckdb.moved"))
-    wal = workspace.catalog_path.with_name("catalog.duckdb.wal")
-    if wal.exists():
-        wal.rename(wal.with_name("catalog.duckdb.moved.wal"))
-    marker = workspace.root / MOVED_MARKER
-    marker.write_text(redacted(url) + "\n")
-    os.chmod(marker, 0o600)
+    with source.connect():  # the DuckDB lock, held until the marker is written
+        with source.transaction() as src, target.transaction() as dst:
+            _refuse_unless_idle(src, dst, url)
+            for table in TABLES:
+                names, rows = _rows(src, table)
+                if rows:
+                    marks = ", ".join(["%s"] * len(names))
+                    dst.raw.cursor().executemany(
+                        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", rows
+                    )
+                got_names, got = _rows(dst, table)
+                if _images(names, rows) != _images(got_names, got):
+                    raise BadInputError(
+                        f"copying table {table} into {redacted(url)} did not give the same "
+                        "rows back; nothing was changed (the copy was rolled back)"
+                    )
+                copied[table] = len(rows)
+            _check_chains(replace(workspace, catalog=url))  # on the copy, before it commits
+        marker = workspace.root / MOVED_MARKER  # from here on no process opens the old file
+        marker.write_text(redacted(url) + "\n")
+        os.chmod(marker, 0o600)
+    for name in ("catalog.duckdb", "catalog.duckdb.wal"):
+        old = workspace.root / name
+        if old.exists():
+            old.rename(old.with_name(name.replace("catalog.duckdb", "catalog.duckdb.moved")))
     return Moved(redacted(url), copied)
+
+
+def _refuse_unless_idle(src, dst, url: str) -> None:
+    """A run in progress would go on writing to the old catalog; a target with datasets or
+    settings is another ledger."""
+    if src.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchone()[0]:
+        raise BadInputError(
+            "a run of this workspace is in progress (or died: `fdptm recover` closes it): "
+            "move the catalog when none is. Nothing was changed."
+        )
+    if (
+        dst.execute("SELECT count(*) FROM datasets").fetchone()[0]
+        or dst.execute("SELECT count(*) FROM settings").fetchone()[0]
+    ):
+        raise BadInputError(
+            f"the catalog {redacted(url)} already holds datasets or settings; `fdptm catalog "
+            "migrate` moves a workspace into a new, empty catalog (create one with `createdb "
+            "NAME`). Nothing was changed."
+        )
 
 
 def _check_chains(workspace: Workspace) -> None:

@@ -65,11 +65,11 @@ def verify_dataset(
     """Every check of the module docstring on ``dataset`` (``files=False``: the release
     files are not read, only their recorded hashes chained)."""
     catalog = Catalog(workspace)
-    if catalog.dataset(dataset) is None:
-        raise BadInputError(f"no dataset named {dataset!r} in the catalog {catalog.where}")
     with catalog.connect() as con:
         events = chain.events(con, dataset)
         current = chain.images(con, dataset)
+    if not events and catalog.dataset(dataset) is None:
+        raise BadInputError(f"no dataset named {dataset!r} in the catalog {catalog.where}")
     problems = _chain_problems(dataset, events)
     last = {(e["kind"], e["subject"]): e["body"] for e in events}
     for key in sorted(set(last) | set(current)):
@@ -82,7 +82,7 @@ def verify_dataset(
             problems.append(f"{kind} {subject!r} differs from its last record in the chain")
     if head is not None:
         seq, digest = head
-        held = events[seq - 1]["hash"] if 0 < seq <= len(events) else None
+        held = next((e["hash"] for e in events if e["seq"] == seq), None)
         if held != digest:
             problems.append(
                 f"the chain no longer holds event {seq} with hash {digest[:12]}...: it was cut "

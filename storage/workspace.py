@@ -22,6 +22,7 @@ as it is (a team may share one on purpose), with a warning once per process.
 from __future__ import annotations
 
 import errno
+import hashlib
 import hmac
 import os
 import re
@@ -45,7 +46,8 @@ from fdptm.errors import (
 DEFAULT_WORKSPACE = "fdptm-workspace"
 ENV_VAR = "FDPTM_WORKSPACE"
 CATALOG_ENV_VAR = "FDPTM_CATALOG"
-SECRET_SETTING = "secret_key"
+SECRET_ENV_VAR = "FDPTM_SECRET_KEY"
+SECRET_FINGERPRINT = "secret_key_fingerprint"
 MOVED_MARKER = "catalog.moved"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -161,6 +163,27 @@ def warn_if_exposed(root: Path) -> None:
     )
 
 
+def create_private(path: Path, data: bytes) -> None:
+    """Write ``data`` in full to a private temporary file (0600, fsynced), then link it into
+    place as ``path`` unless it exists: a concurrent creator wins, and a reader never sees a
+    partial key (``secret.key``, ``signing.key``)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    created = False
+    try:
+        with storage_errors(path):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            created = True
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            with suppress(FileExistsError):
+                os.link(tmp, path)
+    finally:
+        if created:
+            tmp.unlink(missing_ok=True)
+
+
 def catalog_from_environment() -> str | None:
     """$FDPTM_CATALOG (a postgresql:// URL, checked), or None: the workspace's DuckDB file.
 
@@ -248,7 +271,7 @@ class Workspace:
         releases = self.root / "releases"
         if releases.is_dir() and any(releases.iterdir()):
             return True
-        if self.catalog is None and not self.catalog_path.exists():
+        if not self.has_catalog:
             return False
         from fdptm.storage.catalog import Catalog
 
@@ -256,7 +279,7 @@ class Workspace:
 
     def _buckets_spent(self) -> bool:
         """Whether the ledger holds an entry of a dataset with author buckets."""
-        if self.catalog is None and not self.catalog_path.exists():
+        if not self.has_catalog:
             return False
         from fdptm.storage.catalog import Catalog
 
@@ -286,9 +309,10 @@ class Workspace:
         """Refuse (exit 2) a workspace whose ``secret.key`` cannot serve this run, before
         anything is read or reserved: a key that is not a 32-byte hex file, or a missing
         key where releases or author buckets depend on it. A missing key of a workspace
-        with neither is fine: it is created when first needed. A PostgreSQL catalog keeps
-        its key itself (``_shared_key``)."""
+        with neither is fine: it is created when first needed. A PostgreSQL catalog takes
+        its key from ``$FDPTM_SECRET_KEY`` (``_shared_key``)."""
         if self.catalog is not None:
+            self._shared_key()
             return
         key_path = self.root / "secret.key"
         if key_path.exists() or key_path.is_symlink():
@@ -321,22 +345,42 @@ class Workspace:
         return self._read_key(key_path)
 
     def _shared_key(self) -> bytes:
-        """The secret key of a PostgreSQL catalog, kept in it (``settings``): every host's
-        workspace must commit and bucket under one key, so it lives with the ledger that
-        depends on it, created once under the catalog's lock. ``fdptm catalog migrate``
-        carries a DuckDB workspace's ``secret.key`` there."""
+        """The secret key of the hosts that share a PostgreSQL catalog: the file
+        ``$FDPTM_SECRET_KEY`` names, the same on every host, never made here (a host with a
+        key of its own would commit and bucket differently from the others) and never
+        stored in the database (whose readers, auditors among them, must not hold it). The
+        catalog keeps a one-way fingerprint of it (``settings``), set by the first host that
+        uses one, so a host with another key is refused."""
         from fdptm.storage.catalog import Catalog, now
 
+        chosen = os.environ.get(SECRET_ENV_VAR)
+        if not chosen:
+            raise BadInputError(
+                f"a PostgreSQL catalog is shared by several hosts, and so is its secret key "
+                f"(of the manifests' input commitments and the author buckets): set "
+                f"${SECRET_ENV_VAR} to its file on every host, mode 0600: the workspace's "
+                "secret.key when you moved one (`fdptm catalog migrate`), or a new one made with "
+                "`(umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > "
+                "secret.key)`. Nothing was read, reserved or spent"
+            )
+        key = self._read_key(Path(chosen).expanduser())
+        fingerprint = hashlib.sha256(b"fdptm secret key fingerprint\n" + key).hexdigest()
         with Catalog(self).transaction() as con:
-            row = con.execute("SELECT value FROM settings WHERE key = ?", [SECRET_SETTING])
-            found = row.fetchone()
+            found = con.execute(
+                "SELECT value FROM settings WHERE key = ?", [SECRET_FINGERPRINT]
+            ).fetchone()
             if found is None:
-                found = (secrets.token_hex(32),)
                 con.execute(
                     "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?)",
-                    [SECRET_SETTING, found[0], now()],
+                    [SECRET_FINGERPRINT, fingerprint, now()],
                 )
-        return bytes.fromhex(found[0])
+            elif found[0] != fingerprint:
+                raise BadInputError(
+                    f"${SECRET_ENV_VAR} ({chosen}) is not the secret key this catalog's hosts "
+                    "use (its fingerprint differs): give every host the same file. Nothing "
+                    "was read, reserved or spent"
+                )
+        return key
 
     @staticmethod
     def _read_key(key_path: Path) -> bytes:
@@ -355,22 +399,13 @@ class Workspace:
 
     @staticmethod
     def _create_key(key_path: Path) -> None:
-        """Write a fresh key in full, then link it into place (a concurrent creator wins)."""
-        tmp = key_path.with_name(f".secret.key.{os.getpid()}.{secrets.token_hex(4)}")
-        created = False
-        try:
-            with storage_errors(key_path):
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-                created = True
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(secrets.token_hex(32))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                with suppress(FileExistsError):
-                    os.link(tmp, key_path)
-        finally:
-            if created:
-                tmp.unlink(missing_ok=True)
+        create_private(key_path, secrets.token_hex(32).encode("ascii"))
+
+    @property
+    def has_catalog(self) -> bool:
+        """Whether the workspace's catalog exists: always for a PostgreSQL catalog (its
+        database is made by its administrator), else when ``catalog.duckdb`` does."""
+        return self.catalog is not None or self.catalog_path.exists()
 
     @property
     def catalog_path(self) -> Path:

@@ -26,6 +26,7 @@ spent, not their sum.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -140,14 +141,17 @@ def _day(text: str, flag: str) -> dt.date:
 def _state(catalog: Catalog, label: str, request: ReleaseRequest) -> Partition:
     """Whether ``request`` was released, can be resumed, or is new (module docstring)."""
     key = RunSpec.from_request(request, "", "").request_key
-    runs = catalog.query(
-        "SELECT r.run_id, r.status, rel.run_id IS NOT NULL AS released,"
-        " (SELECT count(*) FROM ledger l WHERE l.run_id = r.run_id AND l.state = 'spent')"
-        " AS spent FROM runs r LEFT JOIN releases rel USING (run_id)"
-        " WHERE r.kind = 'release' AND json_extract_string(r.params, '$.request_key') = ?"
-        " ORDER BY r.started_at",
-        [key],
-    )
+    runs = [  # the JSON is read here: both catalogs' SQL has its own JSON functions
+        r
+        for r in catalog.query(
+            "SELECT r.run_id, r.status, r.params, rel.run_id IS NOT NULL AS released,"
+            " (SELECT count(*) FROM ledger l WHERE l.run_id = r.run_id AND l.state = 'spent')"
+            " AS spent FROM runs r LEFT JOIN releases rel USING (run_id)"
+            " WHERE r.kind = 'release' AND r.dataset = ? ORDER BY r.started_at",
+            [request.dataset],
+        )
+        if json.loads(r["params"]).get("request_key") == key
+    ]
     if done := [r for r in runs if r["released"]]:
         return Partition(label, request, "done", done[0]["run_id"])
     if failed := [r for r in runs if r["status"] == "failed" and r["spent"]]:

@@ -593,7 +593,7 @@ def ingest(
 
 def _existing_dataset(workspace: Workspace, dataset: str) -> dict | None:
     """The catalog row of ``dataset``, or None (also when the workspace is new)."""
-    if not workspace.catalog_path.exists():
+    if not workspace.has_catalog:
         return None
     return Catalog(workspace).dataset(dataset)
 

@@ -127,7 +127,7 @@ def _stored_wordfreq_counts(spec: str, pre: PreConfig, workspace: Workspace) -> 
         return Counter(dict(zip(words, counts, strict=True)))
     except (BadInputError, OSError, KeyError, ValueError, pa.ArrowException):
         derived = _wordfreq_counts(spec, pre)
-    if not workspace.catalog_path.exists():  # never create a workspace here
+    if not workspace.has_catalog:  # never create a workspace here
         return derived
     words = sorted(derived)
     with contextlib.suppress(OSError, FdptmError):  # a cache only: the release goes on

@@ -118,12 +118,37 @@ def postgres_server():
 
 
 @pytest.fixture
-def pg_catalog(postgres_server, monkeypatch) -> str:
+def pg_catalog(postgres_server, monkeypatch, tmp_path_factory) -> str:
     """A new empty PostgreSQL database as the catalog of every workspace in this test
-    ($FDPTM_CATALOG, inherited by the processes the test starts): its URL."""
+    ($FDPTM_CATALOG, inherited by the processes the test starts), with the keys its hosts
+    share ($FDPTM_SECRET_KEY, $FDPTM_SIGNING_KEY): its URL."""
+    for name, value in shared_keys(tmp_path_factory.mktemp("keys")).items():
+        monkeypatch.setenv(name, value)
     url = postgres_server.database()
     monkeypatch.setenv("FDPTM_CATALOG", url)
     return url
+
+
+def shared_keys(folder: Path) -> dict[str, str]:
+    """A secret key and a signing key in ``folder`` (0600), as the environment variables
+    that give them to every host of a PostgreSQL catalog."""
+    import secrets as random
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    secret, signing = folder / "secret.key", folder / "signing.pem"
+    secret.write_text(random.token_hex(32))
+    signing.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    for path in (secret, signing):
+        path.chmod(0o600)
+    return {"FDPTM_SECRET_KEY": str(secret), "FDPTM_SIGNING_KEY": str(signing)}
 
 
 def s3_filesystem(endpoint: str):

@@ -94,6 +94,7 @@ TAMPERING = {
     "an event deleted": "DELETE FROM ledger_events WHERE seq = 2",
     "the last event deleted": "DELETE FROM ledger_events WHERE seq = (SELECT max(seq)"
     " FROM ledger_events)",
+    "the dataset's row deleted": "DELETE FROM datasets WHERE name = 'd'",
 }
 
 
@@ -173,3 +174,13 @@ def test_a_reservation_on_a_tampered_ledger_is_refused_and_reserves_nothing(ws, 
         ledger.reserve("d", "r4", _plan(1.0))
     assert len(ledger.entries("d")) == before
     assert main(["budget", "--dataset", "d", "--workspace", str(ws.root)]) == 0  # reads work
+
+
+def test_a_deleted_dataset_is_not_made_anew_by_the_next_ingest(ws):
+    """Deleting a dataset's row (and with it its cap) and letting the next ingest re-create
+    it would start the dataset afresh beside its chain: refused."""
+    ledger = _history(ws)
+    ledger.catalog.execute("DELETE FROM datasets WHERE name = 'd'")
+    with pytest.raises(chain.LedgerTamperedError, match="changed outside fdptm"):
+        ledger.catalog.ensure_dataset("d", "document")
+    assert ledger.catalog.dataset("d") is None

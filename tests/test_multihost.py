@@ -52,6 +52,8 @@ def hosts(tmp_path, pg_catalog, s3_server):
     base |= S3_CREDENTIALS | {
         "AWS_ENDPOINT_URL": s3_server,
         "FDPTM_CATALOG": pg_catalog,
+        "FDPTM_SECRET_KEY": os.environ["FDPTM_SECRET_KEY"],
+        "FDPTM_SIGNING_KEY": os.environ["FDPTM_SIGNING_KEY"],
         "PREFECT_API_URL": PREFECT_API_URL.value(),
     }
 
@@ -191,13 +193,15 @@ def test_catalog_migrate_moves_a_duckdb_workspace_whole(
 
     assert main(["catalog", "migrate", "--to", url, *root]) == 0
     assert "every row was read back and compared" in capsys.readouterr().out
+    monkeypatch.setenv("FDPTM_SECRET_KEY", str(ws.root / "secret.key"))  # as on every host
     moved = Workspace(ws.root, catalog=url)
     with Catalog(moved).connect() as con:
         after = {t: _images(con, t) for t in TABLES}
-    settings = after.pop("settings")
-    assert after == {t: rows for t, rows in before.items() if t != "settings"}
-    assert len(settings) == len(before["settings"]) + 1  # and the secret key
-    assert moved.commitment("ab" * 32) == commitment
+    assert after == before
+    assert moved.commitment("ab" * 32) == commitment  # the same key, from its file
+    with Catalog(moved).connect() as con:  # the catalog holds its fingerprint, not the key
+        values = [v for (v,) in con.execute("SELECT value FROM settings").fetchall()]
+    assert (ws.root / "secret.key").read_text().strip() not in values
     assert main(["verify", "--dataset", "small", *root, "--catalog", url]) == 0
     assert "releases:  1 checked" in capsys.readouterr().out
 
@@ -237,3 +241,35 @@ def test_an_unreachable_catalog_is_a_clear_error(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "cannot use the PostgreSQL catalog" in err and "Traceback" not in err
+
+
+def test_every_host_of_a_postgresql_catalog_needs_the_shared_keys(
+    tmp_path, pg_catalog, monkeypatch, capsys
+):
+    """Without $FDPTM_SECRET_KEY, with another secret key than the catalog's first host,
+    or without $FDPTM_SIGNING_KEY, a release is refused (exit 2) before anything is
+    reserved."""
+    from conftest import shared_keys
+
+    from fdptm.cli import main
+
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n".join(LINES))
+    root = ["--workspace", str(tmp_path / "ws")]
+    assert main(["ingest", str(corpus), "--dataset", "small", *root]) == 0
+    release = ["release", "--dataset", "small", *RELEASE, *MECHANISM, *root]
+    other = shared_keys(tmp_path)
+    for unset, value, message in (
+        ("FDPTM_SECRET_KEY", None, "set $FDPTM_SECRET_KEY to its file on every host"),
+        ("FDPTM_SECRET_KEY", other["FDPTM_SECRET_KEY"], "its fingerprint differs"),
+        ("FDPTM_SIGNING_KEY", None, "signed with one key"),
+    ):
+        with monkeypatch.context() as env:
+            if value is None:
+                env.delenv(unset)
+            else:
+                env.setenv(unset, value)
+            capsys.readouterr()
+            assert main(release) == 2
+            assert message in capsys.readouterr().err
+    assert _ledger(pg_catalog).entries("small") == []

@@ -353,8 +353,8 @@ def test_a_replace_level_mechanism_cannot_be_scoped():
 
 def _bucketed(workspace, n: int = 4) -> Ledger:
     catalog = Catalog(workspace.create())
-    catalog.ensure_dataset("d", "author")
-    catalog.execute("UPDATE datasets SET author_buckets = ? WHERE name = 'd'", [n])
+    with catalog.transaction() as con:
+        catalog.create_dataset(con, "d", "author", author_buckets=n)
     return Ledger(catalog)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import S3_CREDENTIALS, free_port, s3_filesystem
+from conftest import S3_CREDENTIALS, free_port, s3_filesystem, shared_keys
 
 from fdptm.request import LocalReleaseRequest, ReleaseRequest
 
@@ -320,14 +320,14 @@ def test_two_workers_on_postgresql_run_a_scheduled_release_and_a_backfill(
     prefect_url = prefect_db.replace("postgresql://", "postgresql+asyncpg://")
     bucket = f"fdptm-{os.urandom(4).hex()}"
     s3_filesystem(s3_server).mkdir(bucket)
-    key = tmp_path / "signing.pem"
-    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True)
-    key.chmod(0o600)
-    shared = S3_CREDENTIALS | {
-        "AWS_ENDPOINT_URL": s3_server,
-        "FDPTM_CATALOG": catalog,
-        "FDPTM_SIGNING_KEY": str(key),
-    }
+    shared = (
+        S3_CREDENTIALS
+        | shared_keys(tmp_path)
+        | {
+            "AWS_ENDPOINT_URL": s3_server,
+            "FDPTM_CATALOG": catalog,
+        }
+    )
 
     def host(name: str, api: str) -> tuple[Path, dict[str, str]]:
         root = tmp_path / name

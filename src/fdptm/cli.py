@@ -410,6 +410,11 @@ def _environment_problem(exc: Exception) -> str | None:
     """What to do about a failure of the machine rather than of fdptm, or None."""
     import httpx
 
+    from fdptm.storage.postgres import explained
+
+    if (database := explained(exc)) is not None:
+        return database
+
     if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRORS:
         return (
             f"{_ENVIRONMENT_ERRORS[exc.errno]}: {exc.strerror} ({exc.filename}). Nothing stored "
@@ -478,7 +483,7 @@ def _recover_quietly(args: argparse.Namespace) -> None:
     from fdptm.storage.workspace import Workspace
 
     workspace = Workspace.resolve(args.workspace)
-    if not workspace.catalog_path.exists() or not os.access(workspace.root, os.W_OK):
+    if not workspace.has_catalog or not os.access(workspace.root, os.W_OK):
         return
     for r in recover(workspace):
         print(

@@ -66,9 +66,17 @@ def _migrate(args: argparse.Namespace) -> int:
     for table, n in moved.rows.items():
         if n:
             print(f"  {table}: {n}")
+    key = workspace.root / "secret.key"
     print(
         f"every row was read back and compared, and each dataset's ledger verified. From now "
         f"on give --catalog {moved.url} (or set FDPTM_CATALOG) to use this workspace; its "
-        "old file is catalog.duckdb.moved."
+        "old file is catalog.duckdb.moved. Every host of this catalog needs the same secret "
+        + (
+            f"key: copy {key} to each (mode 0600) and set FDPTM_SECRET_KEY to it."
+            if key.exists()
+            else "key: make one with `(umask 077; python -c 'import secrets; "
+            "print(secrets.token_hex(32))' > secret.key)`, copy it to each host and set "
+            "FDPTM_SECRET_KEY to it."
+        )
     )
     return 0

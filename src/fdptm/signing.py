@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 from collections.abc import Mapping
 from contextlib import suppress
@@ -41,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fdptm.errors import BadInputError
-from fdptm.storage.workspace import FILE_MODE, Workspace, storage_errors
+from fdptm.storage.workspace import Workspace, create_private
 
 ENV_VAR = "FDPTM_SIGNING_KEY"
 KEY_FILE = "signing.key"
@@ -75,9 +74,10 @@ def pem_of(key: Ed25519PublicKey) -> bytes:
 
 
 def private_key(workspace: Workspace) -> Ed25519PrivateKey:
-    """The key releases are signed with: ``$FDPTM_SIGNING_KEY``'s file when set, else the
-    workspace's ``signing.key``, created at the first call (0600, written in full and then
-    linked into place, so a concurrent publisher uses the same key). BadInputError (exit 2)
+    """The key releases are signed with: ``$FDPTM_SIGNING_KEY``'s file when set (required
+    with a PostgreSQL catalog), else the workspace's ``signing.key``, created at the first
+    call (0600, written in full and then linked into place, so a concurrent publisher uses
+    the same key). BadInputError (exit 2)
     for a key that is missing (from the variable's path), unreadable, open to group or
     others, or not an unencrypted Ed25519 private key in PEM."""
     chosen = os.environ.get(ENV_VAR)
@@ -87,6 +87,13 @@ def private_key(workspace: Workspace) -> Ed25519PrivateKey:
         remedy = (
             f"point ${ENV_VAR} at the deployment's Ed25519 signing key (PEM PKCS8, mode 0600; "
             f"{_MAKE_ONE}), or unset it to sign with <workspace>/{KEY_FILE}"
+        )
+    elif workspace.catalog is not None:
+        raise BadInputError(
+            f"a PostgreSQL catalog is shared by several hosts: their releases are signed with "
+            f"one key, which ${ENV_VAR} names on every publishing host ({_MAKE_ONE}); a key "
+            "of each host's own would tell in every release which host published it, and "
+            "auditors who pinned one key would refuse the others. Nothing was reserved"
         )
     else:
         path = workspace.root / KEY_FILE
@@ -111,28 +118,14 @@ def public_pem(workspace: Workspace) -> str:
 
 
 def _create(path: Path) -> None:
-    """Write a fresh key in full (0600), then link it into place (a concurrent creator wins),
-    as ``Workspace`` does with ``secret.key``."""
+    """A fresh key, written in full (0600) and linked into place (a concurrent creator
+    wins), as ``secret.key`` is (``storage.workspace.create_private``)."""
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    created = False
-    try:
-        with storage_errors(path):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            created = True
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(pem)
-                fh.flush()
-                os.fsync(fh.fileno())
-            with suppress(FileExistsError):
-                os.link(tmp, path)
-    finally:
-        if created:
-            tmp.unlink(missing_ok=True)
+    create_private(path, pem)
 
 
 def _read_private(path: Path, origin: str, remedy: str) -> Ed25519PrivateKey:
