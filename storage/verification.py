@@ -8,8 +8,8 @@ Four checks, each reported with what it found (``Finding``) and the verdict fail
 2. the rows: every ledger entry, the cap and every release row equal to the last image the
    chain holds of them (an edited row, a deleted one, one added outside fdptm);
 3. the releases: each published release's manifest has the sha256 its chained row records,
-   and its files match the manifest and its signature (``fdptm.release.load_release``),
-   fetched from the artifact store where this host has no copy;
+   and its files match the manifest and its signature (``fdptm.release.load_release``; with
+   ``key``, by that publisher), fetched from the artifact store where this host has no copy;
 4. the spend: the spent and reserved entries fit the lifetime cap (exact arithmetic).
 
 ``head`` (``seq:hash``, as an earlier ``verify`` printed it) also checks that the chain
@@ -61,9 +61,11 @@ def verify_dataset(
     head: tuple[int, str] | None = None,
     *,
     files: bool = True,
+    key: str | None = None,
 ) -> DatasetVerification:
     """Every check of the module docstring on ``dataset`` (``files=False``: the release
-    files are not read, only their recorded hashes chained)."""
+    files are not read, only their recorded hashes chained; ``key``: the publisher's
+    public key, which every release must be signed by)."""
     catalog = Catalog(workspace)
     with catalog.connect() as con:
         events = chain.events(con, dataset)
@@ -72,13 +74,13 @@ def verify_dataset(
         raise BadInputError(f"no dataset named {dataset!r} in the catalog {catalog.where}")
     problems = _chain_problems(dataset, events)
     last = {(e["kind"], e["subject"]): e["body"] for e in events}
-    for key in sorted(set(last) | set(current)):
-        kind, subject = key
-        if key not in current:
+    for row_key in sorted(set(last) | set(current)):
+        kind, subject = row_key
+        if row_key not in current:
             problems.append(f"{kind} {subject!r} is in the chain but not in the catalog: deleted")
-        elif key not in last:
+        elif row_key not in last:
             problems.append(f"{kind} {subject!r} is in the catalog but not in the chain: added")
-        elif current[key] != last[key]:
+        elif current[row_key] != last[row_key]:
             problems.append(f"{kind} {subject!r} differs from its last record in the chain")
     if head is not None:
         seq, digest = head
@@ -90,7 +92,7 @@ def verify_dataset(
             )
     releases = [r for r in catalog.query("SELECT * FROM releases WHERE dataset = ?", [dataset])]
     for row in releases if files else []:
-        problems.extend(_release_problems(workspace, catalog, row))
+        problems.extend(_release_problems(workspace, catalog, row, key))
     over = Ledger(catalog).over_cap(dataset)
     if over is not None:
         problems.append(over)
@@ -113,7 +115,9 @@ def _chain_problems(dataset: str, events: list[dict]) -> list[str]:
     return problems
 
 
-def _release_problems(workspace: Workspace, catalog: Catalog, row: dict) -> list[str]:
+def _release_problems(
+    workspace: Workspace, catalog: Catalog, row: dict, key: str | None
+) -> list[str]:
     """The published files of release ``row`` against the manifest hash the chain holds."""
     from fdptm.release import load_release
 
@@ -131,7 +135,7 @@ def _release_problems(workspace: Workspace, catalog: Catalog, row: dict) -> list
     if digest != row["manifest_sha256"]:
         return [f"release {run_id}: manifest.json differs from the manifest that was published"]
     try:
-        load_release(workspace.root / where)
+        load_release(workspace.root / where, key)
     except BadInputError as exc:
         return [f"release {run_id}: {exc}"]
     return []

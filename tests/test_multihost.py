@@ -23,7 +23,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from conftest import S3_CREDENTIALS, s3_filesystem
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from fdptm import signing
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.storage import chain
 from fdptm.storage.catalog import Catalog
@@ -106,6 +108,15 @@ def test_n_plus_two_releases_from_separate_hosts_never_overspend(hosts, pg_catal
     verified = hosts(n + 3, "verify", "--dataset", "small")  # a host with no release files
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert f"releases:  {n} checked" in verified.stdout
+    public = hosts(n + 3, "verify", "--public-key").stdout
+    assert hosts(n + 3, "verify", "--dataset", "small", "--key", public_hex(public)).returncode == 0
+    other = Ed25519PrivateKey.generate().public_key()
+    wrong = hosts(n + 3, "verify", "--dataset", "small", "--key", signing.hex_of(other))
+    assert wrong.returncode == 1 and "FAILED" in wrong.stdout
+
+
+def public_hex(pem: str) -> str:
+    return signing.hex_of(signing.public_key(pem.encode()))
 
 
 def _run_id(url: str) -> str:

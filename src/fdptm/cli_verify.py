@@ -55,8 +55,9 @@ def add_parser(sub, workspace) -> None:
     verify.add_argument(
         "--key",
         metavar="PUB",
-        help="with --release: the publisher's public key (a file holding PEM or 64 hex "
-        "digits, or the hex digits), obtained out of band; the release must be signed by it",
+        help="the publisher's public key (a file holding PEM or 64 hex digits, or the hex "
+        "digits), obtained out of band: the release (with --dataset, each release) must be "
+        "signed by it",
     )
     verify.add_argument(
         "--head",
@@ -85,7 +86,8 @@ def _dataset(args: argparse.Namespace) -> int:
     from fdptm.storage.workspace import Workspace
 
     head = None if args.head is None else parse_head(args.head)
-    found = verify_dataset(Workspace.resolve(args.workspace).require(), args.dataset, head)
+    workspace = Workspace.resolve(args.workspace).require()
+    found = verify_dataset(workspace, args.dataset, head, key=args.key)
     print(f"dataset:   {found.dataset}")
     print(f"chain:     {found.events} events; head {found.head} (keep it: --head)")
     print(f"releases:  {found.releases} checked against their recorded manifest hashes")
@@ -135,5 +137,6 @@ def _release(args: argparse.Namespace) -> int:
     print(f"signature: {signature}")
     g = release.manifest.get("guarantee") or {}
     print(f"guarantee: {g.get('statement')}, {g.get('adjacency')}-level adjacency")
-    print("verdict:   OK")
+    pinned = args.key is not None
+    print("verdict:   OK" + ("" if pinned else " (integrity only, not authenticated: --key PUB)"))
     return 0
