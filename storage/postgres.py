@@ -98,11 +98,12 @@ def translate(sql: str) -> str:
 # READ COMMITTED pinned (the lock-then-read design needs each statement to see what the
 # previous holder of the lock committed; a database default of REPEATABLE READ would read a
 # snapshot taken before the lock was granted); a session idle inside a transaction (a
-# stopped process holding the catalog's lock) is ended after 5 minutes; keepalives find a
+# stopped process holding the catalog's lock) is ended after 30 minutes (a block that checks
+# or fetches large files stays inside it for minutes); keepalives find a
 # dead peer within about a minute instead of two hours
 SESSION_OPTIONS = (
     "-c default_transaction_isolation=read\\ committed"
-    " -c idle_in_transaction_session_timeout=300000"
+    " -c idle_in_transaction_session_timeout=1800000"
     " -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
 )
 
