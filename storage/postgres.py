@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from fdptm.errors import BadInputError, CatalogUnavailableError
 
@@ -62,7 +62,8 @@ def check_url(url: str) -> str:
             f"--catalog / $FDPTM_CATALOG must be a postgresql:// URL (got scheme "
             f"{parts.scheme or 'none'!r}); leave it unset for the workspace's own DuckDB catalog"
         )
-    if parts.password is not None:
+    query = {k.lower() for k, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    if parts.password is not None or query & {"password", "sslpassword"}:
         raise BadInputError(
             "the catalog URL carries a password; it would be shown in run parameters and "
             "messages. Drop it from the URL and give it to libpq instead (PGPASSWORD, or a "

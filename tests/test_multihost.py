@@ -236,10 +236,14 @@ def _images(con, table: str) -> list[str]:
 def test_a_catalog_url_with_a_password_is_refused(tmp_path, capsys):
     from fdptm.cli import main
 
-    url = "postgresql://fdptm:secret@db.example:5432/fdptm"
-    assert main(["budget", "--dataset", "d", "--catalog", url, "--workspace", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "carries a password" in err and "secret" not in err
+    for url in (
+        "postgresql://fdptm:secret@db.example:5432/fdptm",
+        "postgresql://fdptm@db.example:5432/fdptm?password=secret",
+    ):
+        args = ["budget", "--dataset", "d", "--catalog", url, "--workspace", str(tmp_path)]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "carries a password" in err and "secret" not in err
 
 
 def test_an_unreachable_catalog_is_a_clear_error(tmp_path, capsys):
