@@ -322,7 +322,7 @@ def build_manifest(
                 "reference": spec.m2.summary,
             },
         ],
-        "noise": NoiseSource.create(spec.seed).describe(),
+        "noise": NoiseSource.create(spec.seed, sampler=spec.sampler).describe(),
         "preprocessing": asdict(spec.pre),
         "contribution_bounds": spec.bounds.to_dict(),
         "inputs": [

@@ -52,6 +52,7 @@ class RunSpec:
     mechanism: str = default("mechanism")
     tune: bool = default("tune")
     seed: int | None = default("seed")
+    sampler: str = default("sampler")
     bounding_seed: int = 0
     set_union_policy: str = default("set_union_policy")
     set_union_alpha: float = 3.0
@@ -99,6 +100,7 @@ class RunSpec:
             mechanism=request.mechanism,
             tune=request.tune,
             seed=request.seed,
+            sampler=request.sampler,
             set_union_policy=request.set_union_policy,
             m1_fraction=request.m1_fraction,
             vocabulary=request.vocabulary,

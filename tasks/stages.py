@@ -258,7 +258,7 @@ def vocabulary(spec: RunSpec, bounded: dict, *, dask_address: str | None = None)
         words = public.most_frequent(spec.vocabulary_size)
         return _save(spec, "vocabulary", "vocabulary", vocabulary_table(words), "public")
     params = calibration_of(spec).m1
-    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"])
+    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["vocabulary"], spec.sampler)
     start_mechanism(spec, "vocabulary")
     checkpoint("during-vocabulary")
     with on_cluster(dask_address):
@@ -396,7 +396,7 @@ def train(
         return done
     n_words = load(spec, vocab).num_rows
     params = calibration_of(spec).m2
-    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"])
+    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["train"], spec.sampler)
     try:
         spec.m2.check_public(params, n_words + 1)  # V (public) and SAN's OOV column
     except BadInputError as exc:  # decided by the DP vocabulary's size: post-processing
@@ -445,7 +445,7 @@ def baseline(spec: RunSpec, san: dict, vocab: dict, progress: Progress = None) -
         return done
     n_words = load(spec, vocab).num_rows
     corpus = corpus_of(load(spec, san, ["author_id", "word_ids"]), n_words)
-    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["baseline"])
+    noise = NoiseSource.create(spec.seed, STAGE_STREAMS["baseline"], spec.sampler)
     phi = train_cgs(
         corpus,
         spec.topics,

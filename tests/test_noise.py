@@ -22,6 +22,8 @@ from fdptm.mechanisms.registry import MECHANISMS, mechanism
 from fdptm.mechanisms.set_union import author_items, select, set_union_params
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import (
+    EXACT_GRID_LAPLACE,
+    EXACT_INTEGER_GAUSSIAN,
     GRID_EXPONENT,
     NUMPY_GAUSSIAN,
     NUMPY_LAPLACE,
@@ -75,11 +77,13 @@ def test_opendp_gaussian_has_the_stated_sigma():
     assert noise.draws == {OPENDP_GAUSSIAN: N_DRAWS}
 
 
-def test_grid_laplace_lies_on_its_grid_with_the_stated_scale():
-    """OpenDP's discrete Laplace on 2^-20: every draw is an exact multiple of the grid, so an
-    integer count plus a draw is an exact f64 sum (what the count-based baselines rely on),
-    and at a scale of 3 (3 million grid steps) it is Laplace(3) to within the KS bound."""
-    noise = NoiseSource.create(None)
+@pytest.mark.parametrize("sampler", ["exact", "opendp"])
+def test_grid_laplace_lies_on_its_grid_with_the_stated_scale(sampler):
+    """The discrete Laplace on 2^-20 (OpenDP's, or fdptm's exact one): every draw is an exact
+    multiple of the grid, so an integer count plus a draw is an exact f64 sum (what the
+    count-based baselines rely on), and at a scale of 3 (3 million grid steps) it is
+    Laplace(3) to within the KS bound."""
+    noise = NoiseSource.create(None, sampler=sampler)
     draws = noise.grid_laplace(3.0, (N_DRAWS,))
     steps = draws * 2.0**-GRID_EXPONENT
     assert np.array_equal(steps, np.round(steps))
@@ -87,7 +91,8 @@ def test_grid_laplace_lies_on_its_grid_with_the_stated_scale():
     exact = counts * 2**-GRID_EXPONENT + steps.astype(np.int64)  # integers below 2^52
     assert np.array_equal((counts + draws) * 2.0**-GRID_EXPONENT, exact)
     assert stats.kstest(draws, stats.laplace(scale=3.0).cdf).pvalue > ALPHA
-    assert noise.draws == {OPENDP_GRID_LAPLACE: N_DRAWS}
+    used = EXACT_GRID_LAPLACE if sampler == "exact" else OPENDP_GRID_LAPLACE
+    assert noise.draws == {used: N_DRAWS}
 
 
 def test_opendp_measurements_do_not_round_the_input():
@@ -153,19 +158,22 @@ def test_rounded_samplers_lie_on_their_grid_with_the_stated_scale(kind):
     assert_rounded_call_keeps_its_promise(call)
 
 
-def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums():
+@pytest.mark.parametrize("sampler", ["exact", "opendp"])
+def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums(sampler):
     """The integer sampler (dp-vi's statistic): input integers come back as integers, the
     residuals are Gaussian at the stated scale (KS at ALPHA; a discrete Gaussian of scale
     40 is within 1e-12 of N(0, 40^2) in CDF, far below what the test can see), OpenDP's map
     at the stated sensitivity keeps the promised rho, and OpenDP's integer measurement
     returns exact integers even beyond 2^53 (the sum is exact before the conversion to
-    f64). Float input is refused (it would not be an exact sum)."""
-    noise = NoiseSource.create(None)
+    f64). Float input is refused (it would not be an exact sum). The same for fdptm's exact
+    sampler, whose scale is used exactly (tests/test_exact_noise.py checks its pmf)."""
+    noise = NoiseSource.create(None, sampler=sampler)
     x = np.random.default_rng(4).integers(-(10**6), 10**6, N_DRAWS)
     y = noise.add_integer_gaussian(x, 40.0, 30)
     assert y.dtype == np.float64 and np.array_equal(y, np.round(y))
     assert stats.kstest(y - x, stats.norm(scale=40.0).cdf).pvalue > ALPHA
-    assert noise.draws == {OPENDP_INTEGER_GAUSSIAN: N_DRAWS}
+    used = EXACT_INTEGER_GAUSSIAN if sampler == "exact" else OPENDP_INTEGER_GAUSSIAN
+    assert noise.draws == {used: N_DRAWS}
     (call,) = noise.rounded
     assert (call["sensitivity"], call["scale"], call["size"]) == (30, 40.0, N_DRAWS)
     assert_rounded_call_keeps_its_promise(call)
@@ -180,8 +188,12 @@ def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums():
 
 def assert_rounded_call_keeps_its_promise(call: dict) -> None:
     """OpenDP's map of the measurement a rounded draw actually used, at the stated
-    sensitivity, is at most the loss promised at the scale asked for."""
+    sensitivity, is at most the loss promised at the scale asked for; fdptm's exact sampler
+    draws at exactly the scale asked for (its rho is CKS Theorem 14's at that scale)."""
     s, scale = call["sensitivity"], call["scale"]
+    if call["sampler"] == EXACT_INTEGER_GAUSSIAN:
+        assert call["used"] == scale
+        return
     gaussian = call["sampler"] in (OPENDP_ROUNDED_GAUSSIAN, OPENDP_INTEGER_GAUSSIAN)
     promised = s**2 / (2 * scale**2) if gaussian else s / scale
     measurement = opendp_measurement(call["sampler"], call["used"], call["size"])
@@ -306,8 +318,12 @@ CASES = [(name, {}) for name in MECHANISMS] + [
 ]
 
 
+EXACT = {OPENDP_INTEGER_GAUSSIAN: EXACT_INTEGER_GAUSSIAN, OPENDP_GRID_LAPLACE: EXACT_GRID_LAPLACE}
+
+
+@pytest.mark.parametrize("sampler", ["exact", "opendp"])
 @pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{n}{o}" for n, o in CASES])
-def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, options):
+def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, options, sampler):
     m = mechanism(name)
     context = {
         "n_topics": K,
@@ -320,11 +336,13 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
         options = {"gamma": 0.5}  # fewer sampled neighbours: the noise path is the same
     epsilon = 300.0 if name == "hdp-lda" else 2.0  # HDP-LDA's inherent loss per iteration
     params = m.params(epsilon, 1e-5, context, options)
-    noise = NoiseSource.create(None)
+    noise = NoiseSource.create(None, sampler=sampler)
     phi = m.train(corpus, K, params, noise)
     assert phi.shape == (K, V) and np.allclose(phi.sum(axis=1), 1.0)
     assert set(noise.draws) <= set(SAFE_SAMPLERS)
     expected = _expected(name, options)
+    if sampler == "exact":
+        expected = {EXACT.get(s, s): bounds for s, bounds in expected.items()}
     assert set(noise.draws) <= set(expected)
     for sampler, (least, most) in expected.items():
         assert least <= noise.draws.get(sampler, 0) <= most, (sampler, noise.draws)

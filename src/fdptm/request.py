@@ -181,6 +181,13 @@ class ReleaseRequest(_Request):
     seed: int | None = Field(
         None, ge=0, lt=2**63, description="fixed seed (tests only: makes the noise guessable)"
     )
+    sampler: Literal["exact", "opendp"] = Field(
+        "opendp",
+        description="who draws the integer noise of dp-vi and biterm and the grid noise of "
+        "zhu and cdp-lda: `exact` (fdptm's compiled exact sampler, over 200 times faster) or "
+        "`opendp` (OpenDP's, the reference); the same distributions either way, and the rest "
+        "of the noise is OpenDP's",
+    )
     units: int | None = Field(
         None,
         ge=1,
@@ -308,11 +315,14 @@ class ReleaseRequest(_Request):
     def key(self, since: str | None, until: str | None) -> str:
         """A digest of what this request releases with its days resolved to [since,
         until): equal for two runs of one release, whatever the workspace path it was
-        given as (``fdptm backfill`` skips a partition whose key has a release)."""
+        given as, or whichever sampler draws its noise (the same distribution): ``fdptm
+        backfill`` skips a partition whose key has a release."""
         import hashlib
         import json
 
-        fields = self.model_dump(mode="json", exclude={"workspace", "window", *PREDICTION_FIELDS})
+        fields = self.model_dump(
+            mode="json", exclude={"workspace", "window", "sampler", *PREDICTION_FIELDS}
+        )
         fields.update(since=since, until=until)
         if fields["buckets"] is None:  # keys recorded before buckets existed stay valid
             del fields["buckets"]

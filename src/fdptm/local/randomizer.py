@@ -21,62 +21,21 @@ The keystream is ChaCha20 (OpenSSL, through ``cryptography``) keyed with 256 bit
 
 from __future__ import annotations
 
-import hashlib
-import os
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from numba import njit
 
 from fdptm.local.flip import FLIP_BITS, Flip
 from fdptm.local.vocabulary import LocalVocabulary
 from fdptm.pre import tokenize
+from fdptm.privacy.keystream import KEYSTREAM_WORDS, KeyStream
 
-KEYSTREAM_WORDS = 1 << 21
-"""64-bit keystream words drawn at a time (16 MiB)."""
-REKEY_BYTES = 1 << 36
-"""A fresh key from ``os.urandom`` after this much keystream (far below any ChaCha20
-counter limit, whichever OpenSSL-compatible library serves it)."""
 SAMPLER = (
     "exact Bernoulli(numerator / 2^24) per bit, by comparing a uniform 24-bit integer with "
     "the numerator bit by bit on 64 lanes, from a ChaCha20 keystream (OpenSSL, via "
     "cryptography) keyed with 256 bits of os.urandom"
 )
-
-
-class KeyStream:
-    """ChaCha20 keystream words; keyed from ``os.urandom`` unless a (test-only) seed is given."""
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.seeded = seed is not None
-        self._seed = seed
-        self._zeros = bytes(8 * KEYSTREAM_WORDS)
-        self._key(0)
-
-    def _key(self, generation: int) -> None:
-        if self._seed is None:
-            key = os.urandom(32)
-        else:
-            text = f"fdptm local test seed {int(self._seed)} {generation}".encode()
-            key = hashlib.sha256(text).digest()
-        self._cipher = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-        self._generation, self._used, self._pid = generation, 0, os.getpid()
-
-    def fill(self, out: np.ndarray) -> np.ndarray:
-        """Fill a C-contiguous uint64 array of at most KEYSTREAM_WORDS words with keystream.
-
-        A forked child never continues its parent's stream (it would repeat the parent's
-        flips): it is refused. The key is renewed every ``REKEY_BYTES``."""
-        if os.getpid() != self._pid:
-            raise RuntimeError("a KeyStream cannot be used across fork(); make a new one")
-        view = memoryview(out).cast("B")
-        if self._used + len(view) > REKEY_BYTES:
-            self._key(self._generation + 1)
-        self._cipher.update_into(memoryview(self._zeros)[: len(view)], view)
-        self._used += len(view)
-        return out
 
 
 def n_bytes(n_words: int) -> int:

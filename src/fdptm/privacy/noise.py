@@ -60,6 +60,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from importlib.metadata import version
 from typing import TYPE_CHECKING
@@ -68,7 +69,7 @@ import numpy as np
 import randomgen
 
 from fdptm.parallel import workers
-from fdptm.privacy import quantile
+from fdptm.privacy import exact, quantile
 
 if TYPE_CHECKING:
     from opendp.mod import Measurement
@@ -98,6 +99,18 @@ OPENDP_INTEGER_GAUSSIAN = (
     "opendp.measurements.make_gaussian(i64 vector, exact discrete Gaussian), scale enlarged "
     "by 2^-30 to cover OpenDP's rounding of its map"
 )
+EXACT_INTEGER_GAUSSIAN = (
+    "fdptm.privacy.exact.discrete_gaussian(i64, exact: CKS Algorithm 3, bracketed coins)"
+)
+EXACT_GRID_LAPLACE = (
+    f"fdptm.privacy.exact.discrete_laplace on the grid 2^{GRID_EXPONENT} (exact: CKS "
+    "Algorithm 2, bracketed coins)"
+)
+SAMPLERS = ("exact", "opendp")
+"""Who draws the integer and grid noise (``add_integer_gaussian``, ``grid_laplace``):
+fdptm's compiled exact sampler (``fdptm.privacy.exact``) or OpenDP's, the reference. The
+noise on floats (2^-1074 and 2^ROUNDING_EXPONENT grids) and the quantile are OpenDP's
+either way."""
 NUMPY_QUANTILE = "numpy.random.Generator.gumbel (exponential mechanism)"
 NUMPY_LAPLACE = "numpy.random.Generator.laplace"
 NUMPY_GAUSSIAN = "numpy.random.Generator.normal"
@@ -110,6 +123,8 @@ SAFE_SAMPLERS = (
     OPENDP_ROUNDED_LAPLACE,
     OPENDP_ROUNDED_GAUSSIAN,
     OPENDP_INTEGER_GAUSSIAN,
+    EXACT_INTEGER_GAUSSIAN,
+    EXACT_GRID_LAPLACE,
 )
 CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
 
@@ -238,6 +253,8 @@ class NoiseSource:
     generator: np.random.Generator
     seeded: bool
     secure: bool = False
+    sampler: str = "opendp"
+    """For a secure source, who draws the integer and grid noise (one of SAMPLERS)."""
     draws: dict[str, int] = field(default_factory=dict)
     rounded: list[dict] = field(default_factory=list)
     """One entry per rounded draw: sampler, the scale asked for, the scale used, the stated
@@ -246,17 +263,24 @@ class NoiseSource:
     def __post_init__(self) -> None:
         if self.seeded and self.secure:
             raise ValueError("a seeded noise source is reproducible, so it cannot be secure")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown noise sampler {self.sampler!r}; one of {SAMPLERS}")
 
     @classmethod
-    def create(cls, seed: int | None, stream: int = 0) -> NoiseSource:
+    def create(cls, seed: int | None, stream: int = 0, sampler: str | None = None) -> NoiseSource:
         """The source for anything that may be released.
 
-        Without a seed: OpenDP noise and a ChaCha20 generator (production). With one: stream
-        ``stream`` of ``seed`` in numpy (tests only); stages use different streams so that
-        their draws are independent.
+        Without a seed: exact noise from ``sampler`` (one of SAMPLERS, the release request's
+        default when None; OpenDP for the rest) and a ChaCha20 generator (production). With
+        one: stream ``stream`` of ``seed`` in numpy (tests only); stages use different
+        streams so that their draws are independent.
         """
         if seed is None:
-            return cls(csprng_generator(), seeded=False, secure=True)
+            if sampler is None:
+                from fdptm.request import default
+
+                sampler = default("sampler")
+            return cls(csprng_generator(), seeded=False, secure=True, sampler=sampler)
         return cls(np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream,))), True)
 
     @classmethod
@@ -329,7 +353,8 @@ class NoiseSource:
         at most the integer ``sensitivity`` in L2 between neighbours: rho =
         sensitivity^2 / (2 scale^2).
 
-        Secure: OpenDP's exact discrete Gaussian on i64 at ``scale`` (1 + 2^-30), its map
+        Secure: the exact discrete Gaussian on the integers, from ``fdptm.privacy.exact`` at
+        ``scale`` (sampler "exact") or OpenDP's on i64 at ``scale`` (1 + 2^-30), its map
         checked against rho (it rounds its own arithmetic up); the noisy integers are exact,
         and only then converted to f64 (post-processing), so no floating-point addition ever
         meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
@@ -341,6 +366,9 @@ class NoiseSource:
         if not self.secure:
             noisy = array + self.generator.normal(0.0, scale, array.shape)
             return self._count(NUMPY_GAUSSIAN, noisy)
+        if self.sampler == "exact":
+            noise = exact.discrete_gaussian(scale, array.size).reshape(array.shape)
+            return self._exact_sum(EXACT_INTEGER_GAUSSIAN, array, noise, scale, sensitivity)
         used = scale * (1.0 + 2.0**-30)
         if array.size:
             promised = sensitivity**2 / (2.0 * scale**2)
@@ -358,14 +386,42 @@ class NoiseSource:
         noisy = _opendp_apply(OPENDP_INTEGER_GAUSSIAN, used, array.ravel())
         return self._count(OPENDP_INTEGER_GAUSSIAN, noisy.astype(np.float64).reshape(array.shape))
 
+    def _exact_sum(
+        self, sampler: str, values: np.ndarray, noise: np.ndarray, scale: float, sensitivity: int
+    ) -> np.ndarray:
+        """int64 ``values`` + ``noise`` exactly (refused if it could leave int64), as f64.
+
+        The exact sampler's scale is the exact rational of ``scale``, so the loss is the
+        promised rho = sensitivity^2 / (2 scale^2) with no enlargement (CKS Theorem 14)."""
+        if values.size:
+            reach = int(np.abs(values).max()) + int(np.abs(noise).max())
+            if reach >= 2**63:
+                raise OverflowError("integer values plus their noise would leave int64")
+            self.rounded.append(
+                {
+                    "sampler": sampler,
+                    "scale": scale,
+                    "used": scale,
+                    "sensitivity": sensitivity,
+                    "size": values.size,
+                }
+            )
+        return self._count(sampler, (values + noise).astype(np.float64))
+
     def grid_laplace(self, scale: float, shape: int | tuple[int, ...]) -> np.ndarray:
         """Laplace(0, scale) draws on the grid 2^GRID_EXPONENT, for noise kept in counts.
 
-        Secure: OpenDP's discrete Laplace of that granularity. Numpy: continuous draws
-        rounded to the grid. Either way an integer below 2^32 plus a draw is exact in f64.
+        Secure: the discrete Laplace of scale scale / 2^GRID_EXPONENT on the integers times
+        2^GRID_EXPONENT, from ``fdptm.privacy.exact`` (sampler "exact") or OpenDP's of that
+        granularity. Numpy: continuous draws rounded to the grid. Either way an integer
+        below 2^32 plus a draw is exact in f64.
         """
         scale = _check_scale("Laplace scale", scale, self.secure)
         zeros = np.zeros(shape)
+        if self.secure and self.sampler == "exact":
+            units = exact.discrete_laplace(Fraction(scale) * 2**-GRID_EXPONENT, zeros.size)
+            draws = units.astype(np.float64) * 2.0**GRID_EXPONENT
+            return self._count(EXACT_GRID_LAPLACE, draws.reshape(zeros.shape))
         if self.secure:
             noisy = _opendp_apply(OPENDP_GRID_LAPLACE, scale, zeros.ravel())
             return self._count(OPENDP_GRID_LAPLACE, noisy.reshape(zeros.shape))
@@ -408,7 +464,7 @@ class NoiseSource:
         """The manifest's ``noise`` block: which samplers and which random generators."""
         if self.secure:
             opendp = version("opendp")
-            return {
+            described = {
                 "sampler": f"OpenDP {opendp} floating-point-safe samplers, unseeded",
                 "floating_point_safe": True,
                 "laplace": (
@@ -443,6 +499,17 @@ class NoiseSource:
                 ),
                 "seeding": "no seed: OS entropy (production)",
             }
+            if self.sampler == "exact":
+                described.update(
+                    sampler=f"fdptm exact samplers and OpenDP {opendp}, unseeded",
+                    integer_gaussian=f"{EXACT_INTEGER_GAUSSIAN}: exact discrete Gaussian "
+                    "added to integer sums, converted to f64 afterwards (dp-vi, biterm)",
+                    grid_laplace=f"{EXACT_GRID_LAPLACE}: added exactly to integer counts "
+                    "(zhu, cdp-lda, cdp-lda-plus)",
+                    noise_randomness=f"{exact.RANDOMNESS} (fdptm's samplers); OpenSSL "
+                    f"RAND_bytes inside OpenDP {opendp} (the rest); both CSPRNGs",
+                )
+            return described
         kind = "numpy seeded (tests only)" if self.seeded else "numpy (internal, never released)"
         return {
             "sampler": kind,
