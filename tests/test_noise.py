@@ -192,7 +192,7 @@ def assert_rounded_call_keeps_its_promise(call: dict) -> None:
     draws at exactly the scale asked for (its rho is CKS Theorem 14's at that scale)."""
     s, scale = call["sensitivity"], call["scale"]
     if call["sampler"] == EXACT_INTEGER_GAUSSIAN:
-        assert call["used"] == scale
+        assert call["used"] == math.nextafter(scale, math.inf)
         return
     gaussian = call["sampler"] in (OPENDP_ROUNDED_GAUSSIAN, OPENDP_INTEGER_GAUSSIAN)
     promised = s**2 / (2 * scale**2) if gaussian else s / scale
@@ -233,10 +233,15 @@ def test_unseeded_source_is_opendp_and_chacha():
         assert isinstance(bits, randomgen.ChaCha) and bits.state["state"]["rounds"] == 20
     assert not np.array_equal(a.generator.random(8), b.generator.random(8))
     d = a.describe()
+    assert a.sampler == "exact"  # the default, after the review of fdptm.privacy.exact
     assert d["floating_point_safe"] is True
-    assert d["sampler"].startswith(f"OpenDP {version('opendp')} ")
+    assert d["sampler"] == f"fdptm exact samplers and OpenDP {version('opendp')}, unseeded"
     assert OPENDP_LAPLACE in d["laplace"] and OPENDP_GAUSSIAN in d["gaussian"]
-    assert "OpenSSL" in d["noise_randomness"]
+    assert EXACT_INTEGER_GAUSSIAN in d["integer_gaussian"]
+    assert "ChaCha20" in d["noise_randomness"] and "OpenSSL" in d["noise_randomness"]
+    reference = NoiseSource.create(None, sampler="opendp").describe()
+    assert reference["sampler"].startswith(f"OpenDP {version('opendp')} ")
+    assert OPENDP_INTEGER_GAUSSIAN in reference["integer_gaussian"]
     assert "ChaCha (20 rounds)" in d["other_randomness"] and "os.urandom" in d["other_randomness"]
 
 
@@ -379,10 +384,10 @@ def test_dp_set_union_noises_every_candidate_through_opendp(policy):
     assert noise.draws == {sampler: len(np.unique(items))}
 
 
-def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
+def test_private_clip_and_tuning_release_through_safe_samplers_when_unseeded(corpus):
     """dp-vi's private clip draws OpenDP's quantile once; a tuned run's trials draw only
-    OpenDP Gaussians (the integer one for statistics, the exact one for scores) and the
-    quantile."""
+    exact Gaussians (fdptm's integer one for statistics, the default sampler; OpenDP's on
+    floats for scores) and the quantile."""
     from fdptm.mechanisms.registry import tuned
 
     context = {
@@ -395,15 +400,15 @@ def test_private_clip_and_tuning_release_through_opendp_when_unseeded(corpus):
     noise = NoiseSource.create(None)
     m = mechanism("dp-vi")
     m.train(corpus, K, m.params(2.0, 1e-5, context, {"clip": "private"}), noise)
-    assert noise.draws == {OPENDP_QUANTILE: 1, OPENDP_INTEGER_GAUSSIAN: T * (V - 1) * K}
+    assert noise.draws == {OPENDP_QUANTILE: 1, EXACT_INTEGER_GAUSSIAN: T * (V - 1) * K}
     noise = NoiseSource.create(None)
     options = {"tune_iterations": "2", "tune_clips": "private", "mean_trials": 2.0}
     t = tuned("dp-vi")
     phi = t.train(corpus, K, t.params(2.0, 1e-5, context, options), noise)
     assert np.allclose(phi.sum(axis=1), 1.0)
     trials = noise.draws[OPENDP_QUANTILE]
-    assert set(noise.draws) == {OPENDP_QUANTILE, OPENDP_INTEGER_GAUSSIAN, OPENDP_GAUSSIAN}
-    assert noise.draws[OPENDP_INTEGER_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
+    assert set(noise.draws) == {OPENDP_QUANTILE, EXACT_INTEGER_GAUSSIAN, OPENDP_GAUSSIAN}
+    assert noise.draws[EXACT_INTEGER_GAUSSIAN] == trials * 2 * (V - 1) * K  # statistics
     assert noise.draws[OPENDP_GAUSSIAN] == trials  # scores
 
 

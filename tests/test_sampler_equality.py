@@ -84,6 +84,8 @@ from scipy import stats
 from fdptm.mechanisms.dp_vi import sample_units, statistic_grid, unit_bound
 from fdptm.privacy import quantile
 from fdptm.privacy.noise import (
+    EXACT_GRID_LAPLACE,
+    EXACT_INTEGER_GAUSSIAN,
     NUMPY_GAUSSIAN,
     NUMPY_GRID_LAPLACE,
     NUMPY_LAPLACE,
@@ -222,6 +224,8 @@ class NoiseCase:
     law: Law
     samplers: tuple[str, str]
     """What ``NoiseSource.draws`` records: (production, seeded)."""
+    sampler: str = "opendp"
+    """The production source's sampler (``NoiseSource.create(None, sampler=...)``)."""
 
 
 def _added(method: str, inputs: Callable, *args: float) -> Callable:
@@ -263,15 +267,28 @@ NOISE_CASES = {
         Law(stats.laplace(scale=GRID_SCALE)),
         (OPENDP_GRID_LAPLACE, NUMPY_GRID_LAPLACE),
     ),
+    "integer-gaussian-exact": NoiseCase(
+        _added("add_integer_gaussian", integers, DP_VI_SCALE, unit_bound(CLIP)),
+        Law(stats.norm(scale=DP_VI_SCALE)),
+        (EXACT_INTEGER_GAUSSIAN, NUMPY_GAUSSIAN),
+        "exact",
+    ),
+    "grid-laplace-exact": NoiseCase(
+        lambda source, size: source.grid_laplace(GRID_SCALE, size),
+        Law(stats.laplace(scale=GRID_SCALE)),
+        (EXACT_GRID_LAPLACE, NUMPY_GRID_LAPLACE),
+        "exact",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(NOISE_CASES))
 def test_opendp_noise_has_the_seeded_noise_distribution(name):
-    """OpenDP's sampler (production) against numpy's (seeded, seed fixed per case): KS and
-    scale checks of the noise added; power and false-failure bound in the module docstring."""
+    """OpenDP's sampler or fdptm's exact one (production) against numpy's (seeded, seed fixed
+    per case): KS and scale checks of the noise added; power and false-failure bound in the
+    module docstring."""
     case = NOISE_CASES[name]
-    production = NoiseSource.create(None)
+    production = NoiseSource.create(None, sampler=case.sampler)
     seeded = NoiseSource.create(2800 + list(NOISE_CASES).index(name))
     prod = case.draw(production, N_NOISE)
     ref = case.draw(seeded, M_NOISE)

@@ -182,7 +182,7 @@ class ReleaseRequest(_Request):
         None, ge=0, lt=2**63, description="fixed seed (tests only: makes the noise guessable)"
     )
     sampler: Literal["exact", "opendp"] = Field(
-        "opendp",
+        "exact",
         description="who draws the integer noise of dp-vi and biterm and the grid noise of "
         "zhu and cdp-lda: `exact` (fdptm's compiled exact sampler, over 200 times faster) or "
         "`opendp` (OpenDP's, the reference); the same distributions either way, and the rest "

@@ -33,7 +33,8 @@ acceptance C ~ Bernoulli(exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)))."""
 NO_WORD = -1
 """State word of a stop that has not drawn the comparison's word yet."""
 RESERVE = 64
-"""A draw starts only when at least this many words remain in its buffer."""
+"""A draw starts only when at least this many words remain in its buffer (production's
+``reserve``; a longer draw stops where it runs out and finishes in Python)."""
 LIMIT = 1 << 62
 """U + t V, |Y| and every parameter stay below this (exact in int64); a draw about to
 pass it stops and finishes in Python's integers."""
@@ -49,12 +50,14 @@ x = 745) may have lost its relative accuracy, never more than 2^-1074 absolutely
 def bernoulli_exp(x, word, margin):
     """1 if W < exp(-x), 0 if W >= exp(-x), -1 if the bracket cannot tell.
 
-    ``x`` >= 0 is the computed argument, within 8 (1 + x) 2^-53 of the exact one (each
-    caller's argument is at most four correctly rounded operations away, ``_gaussian``'s
-    docstring). The computed exp(-x) is within one ulp of exp of the computed argument
-    (the platform libm's documented bound; glibc's exp is correctly rounded in practice),
-    so the exact value lies within relative 2^-50 (1 + x) + 2^-52 of it, which
-    margin (1 + x) with margin >= 2^-40 covers 500 times over, plus _TINY absolutely.
+    ``x`` >= 0 is the computed argument, within 8 (1 + x) 2^-53 of the exact one: U / t
+    (Algorithm 2's coin) is float(U) / float(t), three roundings when t > 2^53, so within
+    3 x 2^-53 relative; the Gaussian's argument is ``gaussian_block``'s docstring. The
+    computed exp(-x) is within one ulp of exp of the computed argument (the platform libm's
+    documented bound; glibc's exp is correctly rounded in practice), so the exact value lies
+    within relative 2^-50 (1 + x) + 2^-52 of it, which margin (1 + x) with margin >= 2^-40
+    covers 500 times over, plus _TINY absolutely (the review measured the worst case at
+    5 x 10^-4 of the margin).
     w 2^-53 and (w + 1) 2^-53 are exact doubles (w < 2^53), so both comparisons are exact.
     """
     w = float(word >> np.uint64(11))
@@ -117,8 +120,9 @@ def _laplace(t, s, mask, words, pos, margin):
 
 
 @njit(cache=True, nogil=True)
-def laplace_block(out, start, words, t, s, margin, stops, n_stops):
-    """Discrete Laplace draws of scale t/s into ``out[start:]`` until ``words`` runs low.
+def laplace_block(out, start, words, t, s, margin, reserve, stops, n_stops):
+    """Discrete Laplace draws of scale t/s into ``out[start:]`` until fewer than ``reserve``
+    words remain (a draw is started only with that many; RESERVE in production).
 
     Returns (next index, stops recorded). A stopped draw leaves 0 in ``out`` and a row
     (index, stage, u, v, y, word) in ``stops`` for ``fdptm.privacy.exact`` to finish.
@@ -127,7 +131,7 @@ def laplace_block(out, start, words, t, s, margin, stops, n_stops):
     pos = 0
     i = start
     while i < out.shape[0]:
-        if words.shape[0] - pos < RESERVE:
+        if words.shape[0] - pos < reserve:
             return i, n_stops
         stage, y, u, v, word, pos = _laplace(t, s, mask, words, pos, margin)
         if stage == DONE:
@@ -141,10 +145,11 @@ def laplace_block(out, start, words, t, s, margin, stops, n_stops):
 
 
 @njit(cache=True, nogil=True)
-def gaussian_block(out, start, words, t, sigma2, margin, stops, n_stops):
+def gaussian_block(out, start, words, t, sigma2, margin, reserve, stops, n_stops):
     """Discrete Gaussian draws (CKS Algorithm 3, t = floor(sigma) + 1) into ``out[start:]``.
 
-    The acceptance argument (|Y| - sigma2 / t)^2 / (2 sigma2) is computed from sigma2 (the
+    The acceptance argument (|Y| < 2^53, so float(|Y|) is exact; t rounds once when above
+    2^53, within the bound below) (|Y| - sigma2 / t)^2 / (2 sigma2) is computed from sigma2 (the
     exact sigma^2 rounded once) in four more roundings: its absolute error is at most
     2^-53 (3 |Y - sigma^2/t| / sigma + 5 x) <= 8 (1 + x) 2^-53, because sigma^2 / t <= sigma
     (the cancellation in |Y| - sigma^2/t costs at most 3 ulps of sigma^2 / t) and
@@ -157,7 +162,7 @@ def gaussian_block(out, start, words, t, sigma2, margin, stops, n_stops):
     pos = 0
     i = start
     while i < out.shape[0]:
-        if n - pos < RESERVE:
+        if n - pos < reserve:
             return i, n_stops
         while True:
             stage, y, u, v, word, pos = _laplace(t, 1, mask, words, pos, margin)

@@ -21,8 +21,8 @@ those bits leave for W lies outside a floating-point bracket proven to contain e
 (the error analysis is in the kernel's docstrings; it rests on the platform exp being
 accurate to one ulp, which ``tests/test_exact_noise.py`` checks against exact rational
 bounds). Otherwise it stops the draw and exact code here reads further bits of W and compares
-them with exp(-x) bracketed by the alternating Taylor series in exact rationals
-(``_exp_bracket``), which ends with probability 1 because exp(-x) is irrational for
+them with exp(-x) bracketed by the alternating Taylor series, rounded outwards on a dyadic
+grid (``_exp_bracket``), which ends with probability 1 because exp(-x) is irrational for
 rational x > 0; the rest of the draw continues in exact rational arithmetic with CKS's own
 Algorithm 1. A draw that runs out of keystream or would overflow int64 stops at the
 stage where it is and continues the same way. Every keystream word is read by one draw
@@ -37,12 +37,15 @@ number of threads and the draws never depend on the thread count (for a seeded t
 stream, the block's draws are fixed by the seed and the block alone).
 
 Timing. A rejection sampler's running time depends on its random bits: a draw's time
-grows with |Y| (the geometric loop) and with its rejections. It never depends on the data,
-which never enters a draw. A vector's time is the sum over all its draws, so what it says
-about any one draw is a small fraction of one draw's variation; a release's timings are
-not part of its public output (the manifest carries none). Someone who can time single
-draws inside the release process (a co-tenant with a cycle counter) could learn about
-|noise| of individual entries; do not run releases on hosts shared with untrusted code.
+grows with |Y| (the geometric loop) and with its rejections, and the slow exact
+continuation runs for about one coin in 10^11. It never depends on the data, which never
+enters a draw. A vector's time is the sum over all its draws, so what it says about any one
+draw is a small fraction of one draw's variation. A release's timings are not part of its
+public output (the manifest carries none); the operator sees them summed over thousands of
+draws (the CLI's stage times, Prefect's task durations). Someone who can time single draws
+inside the release process (a co-tenant with a cycle counter) could learn about |noise| of
+individual entries, as with OpenDP's rejection samplers; do not run releases on hosts
+shared with untrusted code.
 """
 
 from __future__ import annotations
@@ -68,10 +71,12 @@ WORDS_PER_DRAW = {"laplace": 7.0, "gaussian": 11.0}
 """Keystream words read per draw, a little above the mean measured on scales 1 to 4e6
 (how much keystream a buffer holds; any value is correct, since a draw that runs out
 continues from a fresh buffer)."""
-RANDOMNESS = "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits of os.urandom"
 LIMIT = kernel.LIMIT
 MAX_SCALE = 1 << 56
 """Largest scale: a draw beyond LIMIT = 2^62 (int64 arithmetic) has probability < exp(-64)."""
+LOWEST = {"laplace": Fraction(1, 1 << 20), "gaussian": Fraction(1, 1 << 20)}
+"""Smallest scales taken (below them the noise is 0 with probability 1 - 2e-12 or more,
+which no mechanism asks for)."""
 
 
 class Bits:
@@ -122,40 +127,73 @@ def bernoulli_exp(bits: Bits, x: Fraction) -> bool:
     return k % 2 == 1
 
 
-def _series(f: Fraction, terms: int) -> tuple[Fraction, Fraction]:
-    """exp(-f) for 0 <= f <= 1 between two consecutive partial sums of its Taylor series
-    (alternating with terms decreasing in size, so the value lies between any two)."""
-    total, term = Fraction(0), Fraction(1)
-    for k in range(1, terms + 1):
+LOG2E_BELOW = Fraction(14426950408, 10**10)
+"""A rational below log2(e) = 1.44269504088896...: exp(-x) <= 2^-floor(x LOG2E_BELOW)."""
+
+
+def _series(f: Fraction, bits: int) -> tuple[int, int]:
+    """Integers lo, hi with lo / 2^bits <= exp(-f) <= hi / 2^bits for a rational f in [0, 1].
+
+    The Taylor series of exp(-f) alternates with terms decreasing in size, so the value
+    lies between any two consecutive partial sums; the sum stops once a term is below
+    2^-(bits + 2), and the two sums are rounded outwards to the grid 2^-bits."""
+    total, term, k = Fraction(0), Fraction(1), 1
+    while True:
         total += term
         term = term * -f / k
-    other = total + term
-    return min(total, other), max(total, other)
+        k += 1
+        if abs(term) < Fraction(1, 1 << (bits + 2)):
+            break
+    low, high = sorted((total, total + term))
+    return math.floor(low * (1 << bits)), math.ceil(high * (1 << bits))
 
 
-def _exp_bracket(x: Fraction, terms: int) -> tuple[Fraction, Fraction]:
-    """Rationals lo <= exp(-x) <= hi for a rational x >= 0."""
+def _power(lo: int, hi: int, n: int, bits: int) -> tuple[int, int]:
+    """Bounds on v^n for lo / 2^bits <= v <= hi / 2^bits, 0 <= v, by binary powering with
+    every product rounded outwards to the grid 2^-bits (lo down, hi up)."""
+    one = 1 << bits
+    result_lo, result_hi = one, one
+    while n:
+        if n & 1:
+            result_lo = (result_lo * lo) >> bits
+            result_hi = -((-result_hi * hi) >> bits)
+        n >>= 1
+        if n:
+            lo, hi = (lo * lo) >> bits, -((-hi * hi) >> bits)
+    return result_lo, result_hi
+
+
+def _exp_bracket(x: Fraction, bits: int) -> tuple[Fraction, Fraction]:
+    """Rationals lo <= exp(-x) <= hi for a rational x >= 0, within a few times
+    (1 + log2(x)) 2^-bits: exp(-x) = exp(-1)^floor(x) exp(-(x - floor(x)))."""
     whole = math.floor(x)
-    lo, hi = _series(x - whole, terms)
+    work = bits + 2 * max(whole, 1).bit_length() + 8
+    lo, hi = _series(x - whole, work)
     if whole:
-        one_lo, one_hi = _series(Fraction(1), terms)
-        lo, hi = max(one_lo, Fraction(0)) ** whole * lo, one_hi**whole * hi
-    return max(lo, Fraction(0)), hi
+        one_lo, one_hi = _power(*_series(Fraction(1), work), whole, work)
+        lo, hi = (lo * one_lo) >> work, -((-hi * one_hi) >> work)
+    return Fraction(max(lo, 0), 1 << work), Fraction(hi, 1 << work)
 
 
 def bernoulli_exp_given(bits: Bits, head: int, x: Fraction) -> bool:
     """[W < exp(-x)] for the uniform W whose first 53 bits are ``head`` (the kernel could not
-    tell), reading W's further bits 64 at a time and tightening the bracket until W's
-    interval lies on one side of exp(-x)."""
-    numerator, exponent, terms = head, 53, 24
+    tell), reading W's further bits 64 at a time until W's interval lies on one side of
+    exp(-x): first against the cheap bound exp(-x) <= 2^-k, k = floor(x LOG2E_BELOW), then
+    against ``_exp_bracket`` at 64 bits beyond W's. Both are exact comparisons of
+    rationals, so the coin is Bernoulli(exp(-x)) exactly; it ends with probability 1
+    (exp(-x) is irrational for rational x > 0, and W = exp(-x) has probability 0)."""
+    numerator, exponent = head, 53
+    k = math.floor(x * LOG2E_BELOW)
     while True:
-        lo, hi = _exp_bracket(x, terms)
+        if numerator.bit_length() > exponent - k:  # W >= 2^-k >= exp(-x)
+            return False
+        lo, hi = _exp_bracket(x, exponent + 64)
         low = Fraction(numerator, 1 << exponent)
         if low + Fraction(1, 1 << exponent) <= lo:
             return True
         if low >= hi:
             return False
-        numerator, exponent, terms = (numerator << 64) | bits.word(), exponent + 64, terms + 24
+        numerator, exponent = (numerator << 64) | bits.word(), exponent + 64
 
 
 def _coin(bits: Bits, x: Fraction, head: int) -> bool:
@@ -212,31 +250,43 @@ def gaussian_from(
         stage, head = kernel.START, kernel.NO_WORD
 
 
-def _check(name: str, scale: Fraction, low: Fraction) -> None:
-    """Scales up to 2^56, so that a draw passes 2^62 with probability below exp(-64)."""
-    if not low <= scale <= MAX_SCALE:
-        raise ValueError(
-            f"the exact sampler takes a {name} scale in [{float(low)}, 2^56], got {float(scale)}"
-        )
+def supports(kind: str, scale: Fraction) -> bool:
+    """Whether the kernel takes ``scale``: at most 2^56 (a draw passes 2^62 with probability
+    below exp(-64)), at least LOWEST[kind], and (Laplace: CKS's t / s) numerator and
+    denominator below 2^62, so that every integer of the algorithm is exact in int64."""
+    if not LOWEST[kind] <= scale <= MAX_SCALE:
+        return False
+    return kind == "gaussian" or (scale.numerator < LIMIT and scale.denominator < LIMIT)
 
 
-def _block(kind: str, out: np.ndarray, stream: KeyStream, scale: Fraction, margin: float) -> int:
+def _block(
+    kind: str,
+    out: np.ndarray,
+    stream: KeyStream,
+    scale: Fraction,
+    margin: float,
+    buffer: int = KEYSTREAM_WORDS,
+    reserve: int = kernel.RESERVE,
+) -> int:
     """Fill ``out`` with draws from one keystream: the kernel, then exact rationals for the
-    draws it stopped; returns how many it stopped."""
+    draws it stopped; returns how many it stopped. ``buffer`` caps the words per kernel
+    call and ``reserve`` is the kernel's (tests make both tiny so that draws run out)."""
     stops = np.empty((out.size, 6), dtype=np.int64)
     n_stops = 0
     done = 0
     while done < out.size:
         want = int(WORDS_PER_DRAW[kind] * (out.size - done)) + 2 * kernel.RESERVE
-        words = stream.fill(np.empty(min(want, KEYSTREAM_WORDS), dtype=np.uint64))
+        words = stream.fill(np.empty(min(want, buffer), dtype=np.uint64))
         if kind == "laplace":
-            t, s = scale.numerator, scale.denominator
-            done, n_stops = kernel.laplace_block(out, done, words, t, s, margin, stops, n_stops)
+            t, s = np.int64(scale.numerator), np.int64(scale.denominator)
+            done, n_stops = kernel.laplace_block(
+                out, done, words, t, s, margin, reserve, stops, n_stops
+            )
         else:
             sigma2 = float(scale * scale)
-            t = math.floor(scale) + 1
+            t = np.int64(math.floor(scale) + 1)
             done, n_stops = kernel.gaussian_block(
-                out, done, words, t, sigma2, margin, stops, n_stops
+                out, done, words, t, sigma2, margin, reserve, stops, n_stops
             )
     bits = Bits(stream)
     for index, stage, u, v, y, head in stops[:n_stops].tolist():
@@ -251,17 +301,29 @@ def _block(kind: str, out: np.ndarray, stream: KeyStream, scale: Fraction, margi
 
 
 def draw(
-    kind: str, scale: Fraction, size: int, seed: int | None = None, margin: float = MARGIN
+    kind: str,
+    scale: Fraction,
+    size: int,
+    seed: int | None = None,
+    margin: float = MARGIN,
+    buffer: int = KEYSTREAM_WORDS,
+    reserve: int = kernel.RESERVE,
 ) -> tuple[np.ndarray, int]:
-    """``size`` draws of ``kind`` ("laplace" or "gaussian") at ``scale`` (checked by the
-    public functions) and how many the kernel handed to exact rationals."""
+    """``size`` draws of ``kind`` ("laplace" or "gaussian") at ``scale`` and how many the
+    kernel handed to exact rationals. ``margin``, ``buffer`` and ``reserve`` are for tests of
+    the exact continuation (a wider bracket, tiny keystream buffers)."""
+    if not supports(kind, scale):
+        raise ValueError(
+            f"the exact {kind} sampler takes scales in [{float(LOWEST[kind])}, 2^56] with "
+            f"numerator and denominator below 2^62, got {float(scale)}"
+        )
     out = np.empty(size, dtype=np.int64)
     blocks = [(b, out[b : b + BLOCK]) for b in range(0, size, BLOCK)]
 
     def run(item: tuple[int, np.ndarray]) -> int:
         start, part = item
         stream = KeyStream(seed, label=f"noise {kind} {start}")
-        return _block(kind, part, stream, scale, max(margin, MARGIN))
+        return _block(kind, part, stream, scale, max(margin, MARGIN), buffer, reserve)
 
     threads = min(workers(), len(blocks))
     if threads <= 1:
@@ -276,21 +338,13 @@ def discrete_laplace(
     scale: float | Fraction, size: int, seed: int | None = None, margin: float = MARGIN
 ) -> np.ndarray:
     """``size`` i.i.d. discrete Laplace draws of scale ``scale`` (its exact rational value;
-    P(y) proportional to exp(-|y| / scale)) as int64. ``seed`` is for tests only;
-    ``margin`` > MARGIN widens the bracket (tests of the exact fallback)."""
-    scale = Fraction(scale)
-    _check("discrete Laplace", scale, Fraction(1, LIMIT))
-    if scale.denominator >= LIMIT:
-        raise ValueError(f"the discrete Laplace scale {float(scale)} needs a denominator < 2^62")
-    return draw("laplace", scale, size, seed, margin)[0]
+    P(y) proportional to exp(-|y| / scale)) as int64. ``seed`` is for tests only."""
+    return draw("laplace", Fraction(scale), size, seed, margin)[0]
 
 
 def discrete_gaussian(
     scale: float | Fraction, size: int, seed: int | None = None, margin: float = MARGIN
 ) -> np.ndarray:
     """``size`` i.i.d. discrete Gaussian draws of scale ``scale`` (its exact rational value;
-    P(y) proportional to exp(-y^2 / (2 scale^2))) as int64. ``seed`` is for tests only;
-    ``margin`` > MARGIN widens the bracket (tests of the exact fallback)."""
-    scale = Fraction(scale)
-    _check("discrete Gaussian", scale, Fraction(1, 1 << 20))
-    return draw("gaussian", scale, size, seed, margin)[0]
+    P(y) proportional to exp(-y^2 / (2 scale^2))) as int64. ``seed`` is for tests only."""
+    return draw("gaussian", Fraction(scale), size, seed, margin)[0]

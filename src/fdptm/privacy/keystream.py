@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import cache
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -20,6 +21,12 @@ KEYSTREAM_WORDS = 1 << 21
 REKEY_BYTES = 1 << 36
 """A fresh key from ``os.urandom`` after this much keystream (far below any ChaCha20
 counter limit, whichever OpenSSL-compatible library serves it)."""
+
+
+@cache
+def _zeros() -> bytes:
+    """The plaintext every stream encrypts (shared: 16 MiB once per process)."""
+    return bytes(8 * KEYSTREAM_WORDS)
 
 
 class KeyStream:
@@ -32,7 +39,6 @@ class KeyStream:
         self.seeded = seed is not None
         self._seed = seed
         self._label = label
-        self._zeros = bytes(8 * KEYSTREAM_WORDS)
         self._key(0)
 
     def _key(self, generation: int) -> None:
@@ -54,6 +60,6 @@ class KeyStream:
         view = memoryview(out).cast("B")
         if self._used + len(view) > REKEY_BYTES:
             self._key(self._generation + 1)
-        self._cipher.update_into(memoryview(self._zeros)[: len(view)], view)
+        self._cipher.update_into(memoryview(_zeros())[: len(view)], view)
         self._used += len(view)
         return out

@@ -69,7 +69,7 @@ import numpy as np
 import randomgen
 
 from fdptm.parallel import workers
-from fdptm.privacy import exact, quantile
+from fdptm.privacy import quantile
 
 if TYPE_CHECKING:
     from opendp.mod import Measurement
@@ -127,6 +127,8 @@ SAFE_SAMPLERS = (
     EXACT_GRID_LAPLACE,
 )
 CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
+RANDOMNESS = "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits of os.urandom"
+"""The random bits of fdptm's exact samplers (``fdptm.privacy.keystream``)."""
 
 _CHUNK = 1 << 12
 """Vectors are split for the worker threads only into chunks of at least this many entries
@@ -354,7 +356,8 @@ class NoiseSource:
         sensitivity^2 / (2 scale^2).
 
         Secure: the exact discrete Gaussian on the integers, from ``fdptm.privacy.exact`` at
-        ``scale`` (sampler "exact") or OpenDP's on i64 at ``scale`` (1 + 2^-30), its map
+        one ulp above ``scale`` (sampler "exact", for the scales it takes: 2^-20 to 2^56) or
+        OpenDP's on i64 at ``scale`` (1 + 2^-30), its map
         checked against rho (it rounds its own arithmetic up); the noisy integers are exact,
         and only then converted to f64 (post-processing), so no floating-point addition ever
         meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
@@ -366,9 +369,12 @@ class NoiseSource:
         if not self.secure:
             noisy = array + self.generator.normal(0.0, scale, array.shape)
             return self._count(NUMPY_GAUSSIAN, noisy)
-        if self.sampler == "exact":
-            noise = exact.discrete_gaussian(scale, array.size).reshape(array.shape)
-            return self._exact_sum(EXACT_INTEGER_GAUSSIAN, array, noise, scale, sensitivity)
+        from fdptm.privacy import exact  # numba: not on the paths that refuse before a run
+
+        used = math.nextafter(scale, math.inf)
+        if self.sampler == "exact" and exact.supports("gaussian", Fraction(used)):
+            noise = exact.discrete_gaussian(used, array.size).reshape(array.shape)
+            return self._exact_sum(EXACT_INTEGER_GAUSSIAN, array, noise, scale, used, sensitivity)
         used = scale * (1.0 + 2.0**-30)
         if array.size:
             promised = sensitivity**2 / (2.0 * scale**2)
@@ -387,21 +393,30 @@ class NoiseSource:
         return self._count(OPENDP_INTEGER_GAUSSIAN, noisy.astype(np.float64).reshape(array.shape))
 
     def _exact_sum(
-        self, sampler: str, values: np.ndarray, noise: np.ndarray, scale: float, sensitivity: int
+        self,
+        sampler: str,
+        values: np.ndarray,
+        noise: np.ndarray,
+        scale: float,
+        used: float,
+        sensitivity: int,
     ) -> np.ndarray:
-        """int64 ``values`` + ``noise`` exactly (refused if it could leave int64), as f64.
+        """int64 ``values`` + ``noise`` exactly, as f64.
 
-        The exact sampler's scale is the exact rational of ``scale``, so the loss is the
-        promised rho = sensitivity^2 / (2 scale^2) with no enlargement (CKS Theorem 14)."""
+        The exact sampler draws at the exact rational of ``used``, one ulp above ``scale``:
+        the caller's float scale (z C / g) may have rounded below the exact product its
+        accountant assumed, by at most half an ulp, so the loss is at most the promised
+        rho = sensitivity^2 / (2 scale^2) (CKS Theorem 14) without a further enlargement.
+        Every draw is below 2^62 in size (``fdptm.privacy.exact.LIMIT``), so values below
+        2^62 in size (a sum of clipped units on a grid is far below) sum exactly in int64."""
         if values.size:
-            reach = int(np.abs(values).max()) + int(np.abs(noise).max())
-            if reach >= 2**63:
-                raise OverflowError("integer values plus their noise would leave int64")
+            if not -(2**62) < int(values.min()) <= int(values.max()) < 2**62:
+                raise OverflowError("integer sums of 2^62 or more cannot be noised exactly")
             self.rounded.append(
                 {
                     "sampler": sampler,
                     "scale": scale,
-                    "used": scale,
+                    "used": used,
                     "sensitivity": sensitivity,
                     "size": values.size,
                 }
@@ -412,14 +427,18 @@ class NoiseSource:
         """Laplace(0, scale) draws on the grid 2^GRID_EXPONENT, for noise kept in counts.
 
         Secure: the discrete Laplace of scale scale / 2^GRID_EXPONENT on the integers times
-        2^GRID_EXPONENT, from ``fdptm.privacy.exact`` (sampler "exact") or OpenDP's of that
-        granularity. Numpy: continuous draws rounded to the grid. Either way an integer
-        below 2^32 plus a draw is exact in f64.
+        2^GRID_EXPONENT, from ``fdptm.privacy.exact`` (sampler "exact", for the scales it
+        takes: up to 2^36) or OpenDP's of that granularity (the same distribution). Numpy:
+        continuous draws rounded to the grid. Either way an integer below 2^32 plus a draw is
+        exact in f64 (with draws below 2^33 in size, i.e. scales below about 2^27).
         """
         scale = _check_scale("Laplace scale", scale, self.secure)
         zeros = np.zeros(shape)
-        if self.secure and self.sampler == "exact":
-            units = exact.discrete_laplace(Fraction(scale) * 2**-GRID_EXPONENT, zeros.size)
+        from fdptm.privacy import exact
+
+        units_scale = Fraction(scale) * 2**-GRID_EXPONENT
+        if self.secure and self.sampler == "exact" and exact.supports("laplace", units_scale):
+            units = exact.discrete_laplace(units_scale, zeros.size)
             draws = units.astype(np.float64) * 2.0**GRID_EXPONENT
             return self._count(EXACT_GRID_LAPLACE, draws.reshape(zeros.shape))
         if self.secure:
@@ -506,7 +525,7 @@ class NoiseSource:
                     "added to integer sums, converted to f64 afterwards (dp-vi, biterm)",
                     grid_laplace=f"{EXACT_GRID_LAPLACE}: added exactly to integer counts "
                     "(zhu, cdp-lda, cdp-lda-plus)",
-                    noise_randomness=f"{exact.RANDOMNESS} (fdptm's samplers); OpenSSL "
+                    noise_randomness=f"{RANDOMNESS} (fdptm's samplers); OpenSSL "
                     f"RAND_bytes inside OpenDP {opendp} (the rest); both CSPRNGs",
                 )
             return described
