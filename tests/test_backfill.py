@@ -75,6 +75,19 @@ def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, cap
     assert all("-DP" in line and "adjacency (released before)" in line for line in again)
     assert all("TEST RUN" in line for line in again)  # seeded: the manifest's own statement
     assert _released(timed_ws, 1.0) == weeks
+    # the same no-op in a fresh process, as a schedule runs it: no flow, so neither Prefect
+    # nor the noise's imports (dp-accounting, numba)
+    argv = ["backfill", *_request("1"), *RANGE, *root]
+    script = (
+        "import sys\nfrom fdptm.cli import main\n"
+        f"code = main({argv!r})\n"
+        'heavy = {m.split(".")[0] for m in sys.modules} & {"prefect", "dp_accounting", "numba"}\n'
+        'print("EXIT", code, "HEAVY", sorted(heavy))\n'
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "EXIT 0 HEAVY []", done.stdout + done.stderr
+    assert lines[:-1] == again
     assert main(["budget", "--dataset", "pheme", "--json", *root]) == 0
     totals = json.loads(capsys.readouterr().out)["totals"]
     assert totals["document"]["epsilon"] == 1.0  # eight disjoint weeks at epsilon 1 each

@@ -739,7 +739,6 @@ def _print_release(outcome: dict) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from fdptm.flows.backfill import run_backfill
     from fdptm.tasks.backfill import plan_backfill
 
     request = from_arguments(args)
@@ -747,6 +746,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not planned:
         print(f"no closed {args.by} in range: nothing to release")
         return 0
+    if all(p.state == "done" for p in planned):  # a no-op: no flow, no Prefect
+        for p in planned:
+            print(
+                f"{p.label}: skipped {p.run_id}, "
+                f"{_released_guarantee(request, p.run_id)} (released before)"
+            )
+        return 0
+    from fdptm.flows.backfill import run_backfill
+
     if args.dask_address is None:  # Dask workers would get this host's loopback URL
         running.start_api()
     result = running.run(run_backfill, request, args.by, args.first, args.last, args.dask_address)
