@@ -20,7 +20,18 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PACKAGES = ("numba", "numpy", "scipy", "opendp", "cryptography", "prefect", "duckdb", "gensim")
+PACKAGES = (
+    "numba",
+    "numpy",
+    "scipy",
+    "opendp",
+    "cryptography",
+    "prefect",
+    "duckdb",
+    "gensim",
+    "tomotopy",
+    "dp-accounting",
+)
 
 
 def seconds(fn: Callable[[], object]) -> float:
@@ -62,6 +73,7 @@ def machine() -> dict:
         "cpu": cpu,
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
+        "os": platform.platform(),
         "versions": {p: installed(p) for p in PACKAGES},
         "load": os.getloadavg()[0],
     }

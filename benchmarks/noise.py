@@ -20,10 +20,8 @@ Numba runs on one thread, as in benchmarks/m2.py.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
+from harness import compare  # noqa: E402
 from m2 import _mechanism  # noqa: E402  (sets the single-thread numba environment first)
 from run import _pheme_corpus, machine  # noqa: E402
 
@@ -49,21 +48,9 @@ SIZES = (100_000, 1_000_000)
 COMMAND = "python benchmarks/noise.py"
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def interleaved(variants: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Median seconds of each variant over ROUNDS rounds; the order rotates every round."""
-    names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            times[name].append(_seconds(variants[name]))
-    return {name: statistics.median(t) for name, t in times.items()}
+    """Median seconds of each variant over ROUNDS rounds (``harness.compare``)."""
+    return compare(variants, ROUNDS)
 
 
 def _row(what: str, n: int, t: dict[str, float], secure: str = "secure") -> dict:

@@ -17,16 +17,14 @@ Measures, in one run on one machine:
 from __future__ import annotations
 
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from harness import machine
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "data" / "pheme"
@@ -173,36 +171,6 @@ def _peak_tree_rss_mib(proc: subprocess.Popen) -> float:
         peak = max(peak, sum(rss for pid, _, rss in rows if pid in tree))
         time.sleep(0.1)
     return peak / 1024
-
-
-def machine() -> dict:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    from importlib.metadata import PackageNotFoundError, version
-
-    def installed(package: str) -> str:
-        try:
-            return version(package)
-        except PackageNotFoundError:
-            return "not installed"
-
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "os": platform.platform(),
-        "versions": {
-            p: installed(p)
-            for p in ("numba", "numpy", "scipy", "tomotopy", "prefect", "duckdb", "dp-accounting")
-        },
-    }
 
 
 def main() -> None:

@@ -20,8 +20,6 @@ from fdptm.errors import FdptmError
 from fdptm.request import ReleaseRequest
 from fdptm.tasks.backfill import Partition, plan_backfill
 
-_SKIPPED = {"done": "skipped", "failed": "not-retried"}
-
 
 @task(name="release-partition", cache_policy=NO_CACHE, retries=0)
 def partition_task(partition: Partition) -> dict:
@@ -80,12 +78,7 @@ def backfill(
     )
     futures = [partition_task.submit(p) for p in pending]
     outcomes = {o["partition"]: o for o in (f.result() for f in futures)}
-    results = [
-        outcomes[p.label]
-        if p.label in outcomes
-        else {"partition": p.label, "status": _SKIPPED[p.state], "run_id": p.run_id}
-        for p in partitions
-    ]
+    results = [outcomes[p.label] if p.label in outcomes else p.left_alone() for p in partitions]
     for r in results:
         log.info("partition %s: %s", r["partition"], r["status"])
     return {"dataset": request.dataset, "by": by, "partitions": results}

@@ -51,6 +51,17 @@ class Partition:
     state: Literal["done", "resume", "new", "failed"]
     run_id: str | None = None
 
+    def left_alone(self) -> dict:
+        """The outcome of a partition a backfill does not run: skipped (released before) or
+        not-retried (spent and cannot go on)."""
+        status = {"done": "skipped", "failed": "not-retried"}[self.state]
+        return {"partition": self.label, "status": status, "run_id": self.run_id}
+
+
+def nothing_to_run(partitions: list[Partition]) -> bool:
+    """Whether every partition is released already (a no-op: no flow needs to start)."""
+    return all(p.state == "done" for p in partitions)
+
 
 def plan_backfill(
     request: ReleaseRequest,

@@ -235,13 +235,17 @@ class Dataset:
     ) -> list[dict]:
         """``fdptm backfill``: one release per partition of the range (``by`` batch, day,
         week or month; ``first``/``last`` batch numbers or ISO days) that has none of this
-        request yet. Returns each partition's outcome (released, resumed, skipped, failed)."""
+        request yet. Returns each partition's outcome (released, resumed, skipped, failed);
+        when every partition is released already, without starting Prefect."""
         from fdptm.flows import running
-        from fdptm.flows.backfill import run_backfill
-        from fdptm.tasks.backfill import plan_backfill
+        from fdptm.tasks.backfill import nothing_to_run, plan_backfill
 
         request = self._request(request, fields)
-        plan_backfill(request, by, first, last)  # refusals before Prefect starts
+        planned = plan_backfill(request, by, first, last)  # refusals before Prefect starts
+        if nothing_to_run(planned):  # a no-op: no flow, so no Prefect
+            return [p.left_alone() for p in planned]
+        from fdptm.flows.backfill import run_backfill
+
         running.prepare_prefect()
         return running.run(run_backfill, request, by, first, last, dask_address)["partitions"]
 

@@ -739,27 +739,24 @@ def _print_release(outcome: dict) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from fdptm.tasks.backfill import plan_backfill
+    from fdptm.tasks.backfill import nothing_to_run, plan_backfill
 
     request = from_arguments(args)
     planned = plan_backfill(request, args.by, args.first, args.last)  # refusals before Prefect
     if not planned:
         print(f"no closed {args.by} in range: nothing to release")
         return 0
-    if all(p.state == "done" for p in planned):  # a no-op: no flow, no Prefect
-        for p in planned:
-            print(
-                f"{p.label}: skipped {p.run_id}, "
-                f"{_released_guarantee(request, p.run_id)} (released before)"
-            )
-        return 0
-    from fdptm.flows.backfill import run_backfill
+    if nothing_to_run(planned):  # a no-op: no flow, so no Prefect
+        results = [p.left_alone() for p in planned]
+    else:
+        from fdptm.flows.backfill import run_backfill
 
-    if args.dask_address is None:  # Dask workers would get this host's loopback URL
-        running.start_api()
-    result = running.run(run_backfill, request, args.by, args.first, args.last, args.dask_address)
+        if args.dask_address is None:  # Dask workers would get this host's loopback URL
+            running.start_api()
+        scope = (args.by, args.first, args.last)
+        results = running.run(run_backfill, request, *scope, args.dask_address)["partitions"]
     code = 0
-    for r in result["partitions"]:
+    for r in results:
         if r["status"] == "failed":
             print(f"{r['partition']}: failed (exit {r['exit_code']}): {r['error']}")
             code = code or r["exit_code"]
