@@ -109,3 +109,36 @@ def pair_rows(n_words):
             cols[p] = j
             p += 1
     return rows, cols
+
+
+@njit(cache=True, nogil=True)
+def em_pass(rows, cols, weights, phi_t, theta, background, counts_t, mass):
+    """One pass of the biterm model's EM over the weighted pairs (``fdptm.mechanisms.biterm``,
+    step 5), fused: the objective sum_p w_p log(total_p) at the current parameters, where
+    total_p = sum_z theta_z phi_z,r phi_z,c + background (the background's mass per pair
+    position), and the E-step's expected counts added into ``counts_t`` (words x topics,
+    both words of a pair) and ``mass`` (per topic). Returns (objective, rest), ``rest`` the
+    background's expected mass. ``phi_t`` is words x topics so a pair's k values are
+    contiguous; one pass reads each pair once, with no k x pairs temporaries."""
+    k = theta.shape[0]
+    joint = np.empty(k)
+    objective = 0.0
+    rest = 0.0
+    for p in range(rows.shape[0]):
+        r = rows[p]
+        c = cols[p]
+        total = background
+        for z in range(k):
+            value = theta[z] * phi_t[r, z] * phi_t[c, z]
+            joint[z] = value
+            total += value
+        w = weights[p]
+        objective += w * math.log(total)
+        share = w / total
+        for z in range(k):
+            scaled = joint[z] * share
+            counts_t[r, z] += scaled
+            counts_t[c, z] += scaled
+            mass[z] += scaled
+        rest += background * share
+    return objective, rest

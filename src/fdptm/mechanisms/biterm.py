@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,7 @@ from fdptm.mechanisms.dp_vi import (
 )
 from fdptm.mechanisms.guarantee import Guarantee
 from fdptm.mechanisms.lda import Corpus
+from fdptm.parallel import workers
 from fdptm.privacy import events
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
@@ -337,47 +339,72 @@ def fit_biterms(
 ) -> BitermFit:
     """EM for the biterm model with a uniform background component on weighted pairs
     (module docstring, step 5); the best of ``params.restarts`` starts: the first from a
-    public prior's topics when there is one, else ``spread_start``, the others random."""
-    k, positions = params.n_topics, pair_positions(n_words)
-    best: BitermFit | None = None
+    public prior's topics when there is one, else ``spread_start``, the others random.
+
+    The starts are drawn first, in order, then fitted on one thread per usable core (each
+    fit is independent and deterministic, ``kernels.biterm.em_pass`` releases the GIL), so
+    the result does not depend on the thread count; ties go to the earliest start."""
+    starts = []
     for restart in range(params.restarts):
         if restart == 0 and public_topics is not None:
             phi = public_topics + params.eta
-            phi = phi / phi.sum(axis=1, keepdims=True)
+            starts.append(phi / phi.sum(axis=1, keepdims=True))
         elif restart == 0:
-            phi = spread_start(rows, cols, weights, n_words, k, params.eta)
+            starts.append(spread_start(rows, cols, weights, n_words, params.n_topics, params.eta))
         else:
-            phi = generator.dirichlet(np.ones(n_words), k)
-        theta = np.full(k, 1.0 / (k + 1))
-        background = 1.0 / (k + 1)
-        previous = -math.inf
-        objective = -math.inf
-        for _ in range(params.em_iterations):
-            joint = theta[:, None] * phi[:, rows] * phi[:, cols]
-            total = joint.sum(axis=0) + background / positions
-            objective = float(weights @ np.log(total)) if len(weights) else 0.0
-            if objective - previous <= params.tolerance * abs(objective):
-                break
-            previous = objective
-            scaled = joint * (weights / total)
-            counts = np.full((k, n_words), params.eta)
-            if public_topics is not None:
-                counts += params.prior_weight * public_topics
-            for z in range(k):
-                counts[z] += np.bincount(rows, scaled[z], n_words)
-                counts[z] += np.bincount(cols, scaled[z], n_words)
-            phi = counts / counts.sum(axis=1, keepdims=True)
-            mass = scaled.sum(axis=1)
-            rest = float(weights @ ((background / positions) / total)) if len(weights) else 1.0
-            whole = mass.sum() + rest
-            theta, background = mass / whole, rest / whole
-        fit = BitermFit(phi, theta, background, objective)
-        if best is None or fit.objective > best.objective:
-            best = fit
-        if progress:
-            progress(1)
+            starts.append(generator.dirichlet(np.ones(n_words), params.n_topics))
+    rows, cols = rows.astype(np.int64), cols.astype(np.int64)
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    prior = None if public_topics is None else params.prior_weight * public_topics.T
+
+    def fit(phi: np.ndarray) -> BitermFit:
+        return _fit_from(rows, cols, weights, n_words, params, phi, prior)
+
+    best: BitermFit | None = None
+    with ThreadPoolExecutor(max(1, min(workers(), len(starts)))) as pool:
+        for fitted in pool.map(fit, starts):
+            if best is None or fitted.objective > best.objective:
+                best = fitted
+            if progress:
+                progress(1)
     assert best is not None
     return best
+
+
+def _fit_from(
+    rows: np.ndarray,
+    cols: np.ndarray,
+    weights: np.ndarray,
+    n_words: int,
+    params: BitermParams,
+    phi: np.ndarray,
+    prior: np.ndarray | None,
+) -> BitermFit:
+    """At most ``params.em_iterations`` EM steps from ``phi`` (topics x words), stopping when
+    the objective gains less than ``params.tolerance`` relative."""
+    k, positions = params.n_topics, pair_positions(n_words)
+    phi_t = np.ascontiguousarray(phi.T)
+    theta = np.full(k, 1.0 / (k + 1))
+    background = 1.0 / (k + 1)
+    previous = -math.inf
+    objective = -math.inf
+    for _ in range(params.em_iterations):
+        counts_t = np.full((n_words, k), params.eta)
+        if prior is not None:
+            counts_t += prior
+        mass = np.zeros(k)
+        objective, rest = kernel.em_pass(
+            rows, cols, weights, phi_t, theta, background / positions, counts_t, mass
+        )
+        if not rows.size:  # no pair above the cut: everything is background
+            rest = 1.0
+        if objective - previous <= params.tolerance * abs(objective):
+            break
+        previous = objective
+        phi_t = counts_t / counts_t.sum(axis=0, keepdims=True)
+        whole = mass.sum() + rest
+        theta, background = mass / whole, rest / whole
+    return BitermFit(np.ascontiguousarray(phi_t.T), theta, background, objective)
 
 
 def spread_start(
