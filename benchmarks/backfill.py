@@ -70,6 +70,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 from run import machine  # noqa: E402
 
+from fdptm.request import default  # noqa: E402
+
 MONDAY = dt.date(2024, 1, 1)
 DATASET = "news"
 VOCAB_SOURCE = "wordfreq:en:5000"
@@ -343,6 +345,7 @@ def main() -> None:
         "docs_per_week": args.docs_per_week,
         "range": [MONDAY.isoformat(), last],
         "fields": FIELDS,
+        "defaults": {"mechanism": default("mechanism"), "sampler": default("sampler")},
         "code": code_version(),  # now: the product modules are imported from this tree
     }
     with tempfile.TemporaryDirectory(prefix="fdptm-backfill-") as tmp:
@@ -487,9 +490,11 @@ def render(r: dict) -> str:
         "",
         "Each release: "
         + ", ".join(f"{k} {v}" for k, v in r["fields"].items())
-        + " (dp-vi, M1 skipped, unseeded: real OpenDP noise). The arms ran one after "
-        "another, in the order of the table, each on its own fresh copy of the ingested "
-        "workspace (empty token caches).",
+        + (
+            " ({mechanism}, the default M2; M1 skipped; unseeded: real noise from the "
+            "{sampler} sampler). The arms ran one after another, in the order of the table, "
+            "each on its own fresh copy of the ingested workspace (empty token caches)."
+        ).format(**r.get("defaults", {"mechanism": "dp-vi", "sampler": "opendp"})),
         "",
         "| arm | invocation | partitions released | failed | wall time (s) | releases/min | "
         "ratio to local"
