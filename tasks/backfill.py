@@ -59,8 +59,8 @@ class Partition:
 
 
 def nothing_to_run(partitions: list[Partition]) -> bool:
-    """Whether every partition is released already (a no-op: no flow needs to start)."""
-    return all(p.state == "done" for p in partitions)
+    """Whether every partition is released or not retried (a no-op: no flow needs to start)."""
+    return all(p.state in ("done", "failed") for p in partitions)
 
 
 def plan_backfill(

@@ -202,6 +202,7 @@ class RunSpec:
     def from_dict(cls, params: dict, **fields: Any) -> RunSpec:
         """The spec ``to_dict`` stored (``runs.params``), with ``fields`` (its seeds) set."""
         params = {k: v for k, v in params.items() if k != "seeded"}
+        params.setdefault("sampler", "opendp")  # runs stored before the choice drew OpenDP's
         params["bounds"] = Bounds(**params["bounds"])
         params["pre"] = PreConfig(**params["pre"])
         params["batches"] = tuple(params["batches"])

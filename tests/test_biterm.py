@@ -147,7 +147,7 @@ def test_the_noise_multiplier_meets_epsilon_and_is_nearly_the_exact_gaussians(ep
 @pytest.mark.parametrize("seed", [None, 3])
 def test_the_noise_on_every_pair_has_the_stated_sd(seed):
     """Pure noise (a corpus without a pair): B~ has mean 0 and sd z C, seeded (numpy) and
-    unseeded (OpenDP's discrete Gaussian). n = P entries: the sample mean is within 5
+    unseeded (the exact discrete Gaussian). n = P entries: the sample mean is within 5
     standard errors of 0 and the sample variance within 5 of its sd sqrt(2 / (n - 1))."""
     params = _params(1.0, clip=0.37)  # C != 1: the noise must scale with it
     empty = _corpus([[3]], 60)
@@ -324,7 +324,7 @@ def test_tune_without_a_mechanism_runs_dp_vi_and_biterm_has_no_tuned_form():
 
 
 def test_the_parameters_say_when_the_accounting_assumes_the_continuous_gaussian():
-    """RDP at sampling rate 1 is proved for OpenDP's discrete Gaussian (zCDP); PLD and the
+    """RDP at sampling rate 1 is proved for the discrete Gaussian (zCDP); PLD and the
     Poisson-subsampled bound are derived for the continuous one, and the manifest's M2
     parameters say so (issue 29's review, item 5)."""
     assert _params().to_dict()["accounting_assumes"] is None
@@ -334,3 +334,76 @@ def test_the_parameters_say_when_the_accounting_assumes_the_continuous_gaussian(
     assert plain.to_dict()["accounting_assumes"] is None
     sampled = dp_vi.dp_vi_params(3.0, 1e-5, iterations=5, sampling_rate=0.5, **common)
     assert "Poisson-subsampled (q = 0.5)" in sampled.to_dict()["accounting_assumes"]
+
+
+def _reference_em(rows, cols, weights, n_words, params, generator, public_topics=None):
+    """The EM as written before it was compiled (numpy over all pairs at once, restarts one
+    after another): the reference the fused kernel must reproduce."""
+    k, positions = params.n_topics, biterm.pair_positions(n_words)
+    best = None
+    for restart in range(params.restarts):
+        if restart == 0 and public_topics is not None:
+            phi = public_topics + params.eta
+            phi = phi / phi.sum(axis=1, keepdims=True)
+        elif restart == 0:
+            phi = biterm.spread_start(rows, cols, weights, n_words, k, params.eta)
+        else:
+            phi = generator.dirichlet(np.ones(n_words), k)
+        theta, background = np.full(k, 1.0 / (k + 1)), 1.0 / (k + 1)
+        previous = objective = -math.inf
+        for _ in range(params.em_iterations):
+            joint = theta[:, None] * phi[:, rows] * phi[:, cols]
+            total = joint.sum(axis=0) + background / positions
+            objective = float(weights @ np.log(total)) if len(weights) else 0.0
+            if objective - previous <= params.tolerance * abs(objective):
+                break
+            previous = objective
+            scaled = joint * (weights / total)
+            counts = np.full((k, n_words), params.eta)
+            if public_topics is not None:
+                counts += params.prior_weight * public_topics
+            for z in range(k):
+                counts[z] += np.bincount(rows, scaled[z], n_words)
+                counts[z] += np.bincount(cols, scaled[z], n_words)
+            phi = counts / counts.sum(axis=1, keepdims=True)
+            mass = scaled.sum(axis=1)
+            rest = float(weights @ ((background / positions) / total)) if len(weights) else 1.0
+            whole = mass.sum() + rest
+            theta, background = mass / whole, rest / whole
+        if best is None or objective > best[3]:
+            best = (phi, theta, background, objective)
+    return best
+
+
+@pytest.mark.parametrize(("n_pairs", "prior"), [(3000, False), (3000, True), (0, False)])
+def test_the_compiled_em_is_the_numpy_em(n_pairs, prior, monkeypatch):
+    """The fused EM pass and the restarts on threads give the fit the numpy EM gives (to
+    rounding: the objective is summed in another order), leave the generator where it
+    left it, and give the same bits on 1 and 2 threads."""
+    rng = np.random.default_rng(8)
+    n_words = 60
+    rows, cols = np.sort(rng.integers(0, n_words, (2, n_pairs)), axis=0)
+    weights = rng.exponential(1.0, n_pairs)
+    params = biterm.biterm_params(
+        2.0, 1e-6, n_topics=4, adjacency=Adjacency.DOCUMENT, max_docs_per_author=1
+    )
+    public = rng.gamma(1.0, 1.0, (4, n_words)) if prior else None
+    reference_generator = np.random.default_rng(3)
+    phi, theta, background, objective = _reference_em(
+        rows, cols, weights, n_words, params, reference_generator, public
+    )
+    fits = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("FDPTM_THREADS", threads)
+        generator = np.random.default_rng(3)
+        fits[threads] = biterm.fit_biterms(
+            rows, cols, weights, n_words, params, generator, public_topics=public
+        )
+        assert generator.bit_generator.state == reference_generator.bit_generator.state
+    fit = fits["1"]
+    np.testing.assert_allclose(fit.phi, phi, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(fit.theta, theta, rtol=1e-9, atol=1e-15)
+    assert fit.background == pytest.approx(background, rel=1e-9)
+    assert fit.objective == pytest.approx(objective, rel=1e-12, abs=1e-12)
+    np.testing.assert_array_equal(fits["2"].phi, fit.phi)
+    assert fits["2"].objective == fit.objective

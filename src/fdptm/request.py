@@ -184,9 +184,9 @@ class ReleaseRequest(_Request):
     sampler: Literal["exact", "opendp"] = Field(
         "exact",
         description="who draws the integer noise of dp-vi and biterm and the grid noise of "
-        "zhu and cdp-lda: `exact` (fdptm's compiled exact sampler, over 200 times faster) or "
-        "`opendp` (OpenDP's, the reference); the same distributions either way, and the rest "
-        "of the noise is OpenDP's",
+        "zhu and cdp-lda: `exact` (fdptm's compiled exact sampler, about 100 times faster per "
+        "core) or `opendp` (OpenDP's, the reference, at a scale 2^-30 larger); the same "
+        "distributions otherwise, and the rest of the noise is OpenDP's",
     )
     units: int | None = Field(
         None,

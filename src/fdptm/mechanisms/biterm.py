@@ -26,8 +26,9 @@ documents at author level or one document at document level, the units of
    at most floor(C / g) grid units, for ANY corpus (no bound on document length or on
    documents per author is needed: one author's 7,000 documents weigh no more than one
    tweet's author, which is the per-author weighting issue 28 asks for).
-3. The Gaussian mechanism, once: B~ = B + N(0, (z C)^2) on every entry (OpenDP's discrete
-   Gaussian of scale z C / g (1 + 2^-30) on the integer sum in production, then times g). z
+3. The Gaussian mechanism, once: B~ = B + N(0, (z C)^2) on every entry (the exact discrete
+   Gaussian of scale z C / g on the integer sum in production, then times g:
+   ``NoiseSource.add_integer_gaussian``). z
    is the smallest noise multiplier for which the chosen accountant of ``dp-accounting``
    gives epsilon <= the target at delta for one Gaussian step under add-or-remove-one
    (``dp_vi.calibrate_noise_multiplier`` with T = 1, q = 1). ``rdp`` (default) converts the
@@ -73,8 +74,8 @@ DP output, released in the manifest's ``presentation``; any alpha up to 1/2 can 
 it, with the family-wise guarantee for an alpha fixed before the evidence is read (choosing
 alpha after looking at the values voids it).
 
-Public refusals. P = V (V + 1) / 2 entries are noised (OpenDP draws about 5e4 a second per
-core): a vocabulary with more than ``MAX_PAIRS`` pair positions is refused before any data is
+Public refusals. P = V (V + 1) / 2 entries are noised and the EM runs over those above the
+cut: a vocabulary with more than ``MAX_PAIRS`` pair positions is refused before any data is
 read (``check_vocabulary``). SAN's OOV token is not trained on (``trains_on_oov``), as for
 dp-vi.
 """

@@ -138,8 +138,9 @@ against floor(C / g)^2 (``unit_bound``), its factor is cut by 2^-20 until it pas
 float rounding can need it too), and the terms are summed in int64, exactly and in any
 order (the sums over ranges of units and over Dask workers give the same integers).
 Adding or removing a unit moves the integer sum by exactly that unit's term, of L2 norm at
-most floor(C / g) <= C / g. OpenDP's discrete Gaussian on the integers at scale z C / g is
-added to that exact sum (its privacy map checked: floor(C / g)^2 / (2 (z C / g)^2) <=
+most floor(C / g) <= C / g. The exact discrete Gaussian on the integers at scale z C / g
+(fdptm.privacy.exact, or OpenDP's with ``--sampler opendp``) is added to that exact sum (its
+privacy map checked: floor(C / g)^2 / (2 (z C / g)^2) <=
 1 / (2 z^2)), and the noisy integers are converted to floating point and multiplied by g
 only afterwards (post-processing). The discrete Gaussian is 1 / (2 z^2)-zCDP at that
 sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP accountant composes when
@@ -538,7 +539,8 @@ def continuous_accounting(accountant: str, sampling_rate: float) -> str | None:
         return None
     return (
         f"{' and '.join(reasons)} are derived for the continuous Gaussian; the noise drawn is "
-        "OpenDP's discrete Gaussian, whose privacy curve there is not proved here (its zCDP, "
+        "the discrete Gaussian (the sampler is the noise block's), whose privacy curve there "
+        "is not proved here (its zCDP, "
         "which RDP composes at sampling rate 1, is); use accountant=rdp and sampling_rate=1 "
         "for a guarantee proved for the sampler that runs"
     )

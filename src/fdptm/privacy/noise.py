@@ -4,8 +4,10 @@ A mechanism never draws noise and adds it itself: it hands the true values to
 ``add_laplace`` or ``add_gaussian`` and gets the noisy values back, so that the source
 decides how the sum x + noise is formed. There are three kinds of source.
 
-* ``NoiseSource.create(None)`` (production, every release): additive noise from OpenDP's
-  samplers (``opendp.measurements.make_laplace`` and ``make_gaussian`` on a vector of f64
+* ``NoiseSource.create(None)`` (production, every release): exact noise on the integers
+  and the 2^-20 grid from fdptm's compiled sampler (``fdptm.privacy.exact``; OpenDP's with
+  sampler "opendp"), and additive noise on floats from OpenDP's samplers
+  (``opendp.measurements.make_laplace`` and ``make_gaussian`` on a vector of f64
   with the default, finest granularity). OpenDP treats every float input as the exact
   rational it is, adds discrete Laplace or discrete Gaussian noise on the grid 2^-1074 (of
   which every f64 is a multiple, so the input is not rounded and the sensitivity is
@@ -42,15 +44,17 @@ checks the map, so the loss stays the one the mechanism's accountant assumed.
 
 ``add_integer_gaussian`` is for a mechanism that sums its units' terms exactly as integers
 (dp-vi: each unit's clipped statistic rounded towards zero on a grid, checked in integer
-arithmetic, summed in int64): OpenDP's discrete Gaussian on i64 adds the noise to the exact
-integer sum, so neither the sum nor the noisy value depends on floating-point rounding
+arithmetic, summed in int64): the exact discrete Gaussian on the integers (fdptm's, or
+OpenDP's on i64) adds the noise to the exact integer sum, so neither the sum nor the noisy value
+depends on floating-point rounding
 (a float sum of many units can round differently when one unit is added, by more than the
 clip in the worst case; Casacuberta et al., CCS 2022).
 
 ``grid_laplace`` is for the count-based baselines whose noise must stay in counts that the
-sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are OpenDP's
-discrete Laplace on the grid 2^-20 (input 0, so nothing is rounded), and any integer count
-below 2^32 plus such a draw is exact in f64, so the noisy counts the sampler reads and
+sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are the
+discrete Laplace on the grid 2^-20 (fdptm's, or OpenDP's with input 0, so nothing is
+rounded), and any integer count below 2^32 plus such a draw below 2^32 is exact in f64, so the
+noisy counts the sampler reads and
 releases are exact sums, never rounded ones.
 """
 
@@ -430,7 +434,7 @@ class NoiseSource:
         2^GRID_EXPONENT, from ``fdptm.privacy.exact`` (sampler "exact", for the scales it
         takes: up to 2^36) or OpenDP's of that granularity (the same distribution). Numpy:
         continuous draws rounded to the grid. Either way an integer below 2^32 plus a draw is
-        exact in f64 (with draws below 2^33 in size, i.e. scales below about 2^27).
+        exact in f64 (with draws below 2^32 in size, i.e. scales below about 2^26).
         """
         scale = _check_scale("Laplace scale", scale, self.secure)
         zeros = np.zeros(shape)
@@ -522,9 +526,11 @@ class NoiseSource:
                 described.update(
                     sampler=f"fdptm exact samplers and OpenDP {opendp}, unseeded",
                     integer_gaussian=f"{EXACT_INTEGER_GAUSSIAN}: exact discrete Gaussian "
-                    "added to integer sums, converted to f64 afterwards (dp-vi, biterm)",
+                    "added to integer sums, converted to f64 afterwards (dp-vi, biterm); "
+                    f"{OPENDP_INTEGER_GAUSSIAN} for a scale outside [2^-20, 2^56]",
                     grid_laplace=f"{EXACT_GRID_LAPLACE}: added exactly to integer counts "
-                    "(zhu, cdp-lda, cdp-lda-plus)",
+                    f"(zhu, cdp-lda, cdp-lda-plus); {OPENDP_GRID_LAPLACE} for a scale above "
+                    "2^36",
                     noise_randomness=f"{RANDOMNESS} (fdptm's samplers); OpenSSL "
                     f"RAND_bytes inside OpenDP {opendp} (the rest); both CSPRNGs",
                 )
