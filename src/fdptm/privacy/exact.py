@@ -312,6 +312,8 @@ def draw(
     """``size`` draws of ``kind`` ("laplace" or "gaussian") at ``scale`` and how many the
     kernel handed to exact rationals. ``margin``, ``buffer`` and ``reserve`` are for tests of
     the exact continuation (a wider bracket, tiny keystream buffers)."""
+    if buffer <= reserve:
+        raise ValueError(f"a buffer of {buffer} words never starts a draw (reserve {reserve})")
     if not supports(kind, scale):
         raise ValueError(
             f"the exact {kind} sampler takes scales in [{float(LOWEST[kind])}, 2^56] with "
