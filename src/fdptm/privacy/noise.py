@@ -7,8 +7,8 @@ decides how the sum x + noise is formed. There are three kinds of source.
 * ``NoiseSource.create(None)`` (production, every release): exact noise on the integers
   and the 2^-20 grid from fdptm's compiled sampler (``fdptm.privacy.exact``; OpenDP's with
   sampler "opendp"), and additive noise on floats from OpenDP's samplers
-  (``opendp.measurements.make_laplace`` and ``make_gaussian`` on a vector of f64
-  with the default, finest granularity). OpenDP treats every float input as the exact
+  (``opendp.measurements.make_laplace`` and ``make_gaussian`` on a vector of f64 with the
+  default, finest granularity). OpenDP treats every float input as the exact
   rational it is, adds discrete Laplace or discrete Gaussian noise on the grid 2^-1074 (of
   which every f64 is a multiple, so the input is not rounded and the sensitivity is
   unchanged) in exact arithmetic, and rounds the exact sum once to the nearest f64. The
@@ -45,17 +45,16 @@ checks the map, so the loss stays the one the mechanism's accountant assumed.
 ``add_integer_gaussian`` is for a mechanism that sums its units' terms exactly as integers
 (dp-vi: each unit's clipped statistic rounded towards zero on a grid, checked in integer
 arithmetic, summed in int64): the exact discrete Gaussian on the integers (fdptm's, or
-OpenDP's on i64) adds the noise to the exact integer sum, so neither the sum nor the noisy value
-depends on floating-point rounding
-(a float sum of many units can round differently when one unit is added, by more than the
-clip in the worst case; Casacuberta et al., CCS 2022).
+OpenDP's on i64) adds the noise to the exact integer sum, so neither the sum nor the noisy
+value depends on floating-point rounding (a float sum of many units can round differently
+when one unit is added, by more than the clip in the worst case; Casacuberta et al., CCS
+2022).
 
 ``grid_laplace`` is for the count-based baselines whose noise must stay in counts that the
 sampler keeps changing after the draw (zhu, cdp-lda, cdp-lda-plus): its draws are the
 discrete Laplace on the grid 2^-20 (fdptm's, or OpenDP's with input 0, so nothing is
-rounded), and any integer count below 2^32 plus such a draw below 2^32 is exact in f64, so the
-noisy counts the sampler reads and
-releases are exact sums, never rounded ones.
+rounded), and any integer count below 2^32 plus such a draw below 2^32 is exact in f64, so
+the noisy counts the sampler reads and releases are exact sums, never rounded ones.
 """
 
 from __future__ import annotations
@@ -361,10 +360,9 @@ class NoiseSource:
 
         Secure: the exact discrete Gaussian on the integers, from ``fdptm.privacy.exact`` at
         one ulp above ``scale`` (sampler "exact", for the scales it takes: 2^-20 to 2^56) or
-        OpenDP's on i64 at ``scale`` (1 + 2^-30), its map
-        checked against rho (it rounds its own arithmetic up); the noisy integers are exact,
-        and only then converted to f64 (post-processing), so no floating-point addition ever
-        meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
+        OpenDP's on i64 at ``scale`` (1 + 2^-30), its map checked against rho (it rounds its
+        own arithmetic up); the noisy integers are exact, and only then converted to f64
+        (post-processing), so no floating-point addition ever meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
         """
         scale = _check_scale("Gaussian sigma", scale, self.secure)
         array = np.asarray(values)
