@@ -362,7 +362,8 @@ class NoiseSource:
         one ulp above ``scale`` (sampler "exact", for the scales it takes: 2^-20 to 2^56) or
         OpenDP's on i64 at ``scale`` (1 + 2^-30), its map checked against rho (it rounds its
         own arithmetic up); the noisy integers are exact, and only then converted to f64
-        (post-processing), so no floating-point addition ever meets the noise. Numpy: continuous N(0, scale^2) added in floating point.
+        (post-processing), so no floating-point addition ever meets the noise. Numpy:
+        continuous N(0, scale^2) added in floating point.
         """
         scale = _check_scale("Gaussian sigma", scale, self.secure)
         array = np.asarray(values)
