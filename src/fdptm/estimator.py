@@ -177,7 +177,8 @@ class DPTopicModel(*_BASES):  # type: ignore[misc]
         random_state: None (production): the noise comes from exact samplers fed by a CSPRNG
             (fdptm's and OpenDP's, ChaCha20). An int seeds numpy instead, for tests: anyone
             who knows the seed can remove the noise, so a seeded model is a test, NOT
-            differentially private (``seeded_`` says so). A numpy ``RandomState`` or ``Generator`` is refused.
+            differentially private (``seeded_`` says so). A numpy ``RandomState`` or
+            ``Generator`` is refused.
         n_topics: Deprecated alias of ``n_components`` (DeprecationWarning at ``fit``).
         seed: Deprecated alias of ``random_state`` (DeprecationWarning at ``fit``).
 

@@ -142,9 +142,9 @@ most floor(C / g) <= C / g. The exact discrete Gaussian on the integers at scale
 (fdptm.privacy.exact, drawn one ulp above the float scale; or OpenDP's with ``--sampler
 opendp``, its privacy map checked) is added to that exact sum, at a loss of at most
 floor(C / g)^2 / (2 (z C / g)^2) <= 1 / (2 z^2), and the noisy integers are converted to
-floating point and multiplied by g only afterwards (post-processing). The discrete Gaussian is 1 / (2 z^2)-zCDP at that
-sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP accountant composes when
-q = 1. The Poisson-subsampled RDP bound and the PLD accountant are derived for the
+floating point and multiplied by g only afterwards (post-processing). The discrete Gaussian
+is 1 / (2 z^2)-zCDP at that sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP
+accountant composes when q = 1. The Poisson-subsampled RDP bound and the PLD accountant are derived for the
 continuous Gaussian; the discrete one at a scale of at least 1e-3 x 2^20 grid units is
 that distribution to within terms that decay like exp(-2 pi^2 sigma^2) in sigma grid units
 (same paper), the approximation the rounded floating-point sampler this replaced relied
