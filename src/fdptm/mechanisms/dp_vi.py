@@ -129,27 +129,27 @@ rounding of every later addition depends on whether one more unit was added befo
 over N additions to an entry of size up to N C those differences can reach about N^2 2^-53 C
 per entry (Casacuberta, Shoemate, Vadhan & Wagaman, "Widespread underestimation of
 sensitivity in differentially private libraries", CCS 2022), which at millions of units is
-no longer small against C; and a clipped norm computed in floating point can itself exceed
-C by a few units in the last place. So each unit's term is rounded towards zero to integers
-of the grid g = ``statistic_grid(C)`` (a power of two with C / g in [2^20, 2^21); the
+no longer small against C; and a clipped norm computed in floating point can itself exceed C
+by a few units in the last place. So each unit's term is rounded towards zero to integers of
+the grid g = ``statistic_grid(C)`` (a power of two with C / g in [2^20, 2^21); the
 manifest's ``statistic_grid``), its squared L2 norm is checked in exact integer arithmetic
 against floor(C / g)^2 (``unit_bound``), its factor is cut by 2^-20 until it passes
 (routinely once or twice when C / g is not a whole number, since the clip aims at C / g;
-float rounding can need it too), and the terms are summed in int64, exactly and in any
-order (the sums over ranges of units and over Dask workers give the same integers).
-Adding or removing a unit moves the integer sum by exactly that unit's term, of L2 norm at
-most floor(C / g) <= C / g. The exact discrete Gaussian on the integers at scale z C / g
+float rounding can need it too), and the terms are summed in int64, exactly and in any order
+(the sums over ranges of units and over Dask workers give the same integers). Adding or
+removing a unit moves the integer sum by exactly that unit's term, of L2 norm at most
+floor(C / g) <= C / g. The exact discrete Gaussian on the integers at scale z C / g
 (fdptm.privacy.exact, drawn one ulp above the float scale; or OpenDP's with ``--sampler
-opendp``, its privacy map checked) is added to that exact sum, at a loss of at most
-floor(C / g)^2 / (2 (z C / g)^2) <= 1 / (2 z^2), and the noisy integers are converted to
-floating point and multiplied by g only afterwards (post-processing). The discrete Gaussian
-is 1 / (2 z^2)-zCDP at that sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP
-accountant composes when q = 1. The Poisson-subsampled RDP bound and the PLD accountant are derived for the
-continuous Gaussian; the discrete one at a scale of at least 1e-3 x 2^20 grid units is
+opendp``, its privacy map checked) is added to that exact sum, at a loss of at most floor(C
+/ g)^2 / (2 (z C / g)^2) <= 1 / (2 z^2), and the noisy integers are converted to floating
+point and multiplied by g only afterwards (post-processing). The discrete Gaussian is 1 / (2
+z^2)-zCDP at that sensitivity (Canonne, Kamath & Steinke 2020), the curve the RDP accountant
+composes when q = 1. The Poisson-subsampled RDP bound and the PLD accountant are derived for
+the continuous Gaussian; the discrete one at a scale of at least 1e-3 x 2^20 grid units is
 that distribution to within terms that decay like exp(-2 pi^2 sigma^2) in sigma grid units
-(same paper), the approximation the rounded floating-point sampler this replaced relied
-on as well. Rounding towards zero, and the cuts, lose at most a few g <= C 2^-20 per entry:
-a few thousandths of the noise's standard deviation z C at the smallest z (1e-3), a few
+(same paper), the approximation the rounded floating-point sampler this replaced relied on
+as well. Rounding towards zero, and the cuts, lose at most a few g <= C 2^-20 per entry: a
+few thousandths of the noise's standard deviation z C at the smallest z (1e-3), a few
 millionths at z = 1. An entry of the int64 sum grows by less than 2^21 per unit, so it
 cannot overflow below 2^42 (four trillion) units.
 
