@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import operator
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -60,15 +61,41 @@ def cap_numba() -> None:
     numba.set_num_threads(min(workers(), numba.config.NUMBA_NUM_THREADS))
 
 
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_IN_POOL = threading.local()
+
+
+def _mark_pool_thread() -> None:
+    _IN_POOL.active = True
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool of ``threads`` chunk workers, made once: an iterative mechanism
+    runs ``each_chunk`` every iteration (dp-vi: 100 a training, and an audit trains 130
+    models), and starting threads each time cost more than small chunks' work. Keyed by
+    process id too, so a forked child never waits on its parent's threads."""
+    key = (os.getpid(), threads)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = ThreadPoolExecutor(
+                threads, thread_name_prefix="fdptm-chunk", initializer=_mark_pool_thread
+            )
+            _POOLS[key] = pool
+        return pool
+
+
 def each_chunk(work: Callable[[int], None], chunks: int) -> None:
-    """``work(c)`` for c = 0 .. chunks - 1 on up to ``workers()`` threads (in order on one)."""
+    """``work(c)`` for c = 0 .. chunks - 1 on up to ``workers()`` threads (in order on one,
+    and in order when called from a chunk worker itself, which must not wait on its own
+    pool)."""
     threads = min(workers(), chunks)
-    if threads <= 1:
+    if threads <= 1 or getattr(_IN_POOL, "active", False):
         for c in range(chunks):
             work(c)
         return
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, range(chunks)))
+    list(_pool(threads).map(work, range(chunks)))
 
 
 _CLUSTER: ContextVar[str | None] = ContextVar("fdptm_dask_address", default=None)
