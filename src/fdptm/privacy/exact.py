@@ -33,8 +33,9 @@ entirely in exact arithmetic; the tests compare both, and OpenDP's, with the exa
 
 Randomness: ChaCha20 keystream (``fdptm.privacy.keystream``; OpenSSL, keyed with 256 bits
 of ``os.urandom``), one independent key per block of ``BLOCK`` draws, so blocks run on any
-number of threads and the draws never depend on the thread count (for a seeded test
-stream, the block's draws are fixed by the seed and the block alone).
+number of threads (``fdptm.parallel.each_chunk``) and the draws never depend on the thread
+count (for a seeded test stream, the block's draws are fixed by the seed and the block
+alone).
 
 Timing. A rejection sampler's running time depends on its random bits: a draw's time
 grows with |Y| (the geometric loop) and with its rejections, and the slow exact
@@ -51,13 +52,12 @@ shared with untrusted code.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import numpy as np
 
 from fdptm.kernels import exact_noise as kernel
-from fdptm.parallel import workers
+from fdptm.parallel import each_chunk
 from fdptm.privacy.keystream import KEYSTREAM_WORDS, KeyStream
 
 __all__ = ["KeyStream", "discrete_gaussian", "discrete_laplace", "draw"]
@@ -320,20 +320,16 @@ def draw(
             f"numerator and denominator below 2^62, got {float(scale)}"
         )
     out = np.empty(size, dtype=np.int64)
-    blocks = [(b, out[b : b + BLOCK]) for b in range(0, size, BLOCK)]
+    starts = range(0, size, BLOCK)
+    stopped = [0] * len(starts)
 
-    def run(item: tuple[int, np.ndarray]) -> int:
-        start, part = item
-        stream = KeyStream(seed, label=f"noise {kind} {start}")
-        return _block(kind, part, stream, scale, max(margin, MARGIN), buffer, reserve)
+    def run(c: int) -> None:
+        stream = KeyStream(seed, label=f"noise {kind} {starts[c]}")
+        part = out[starts[c] : starts[c] + BLOCK]
+        stopped[c] = _block(kind, part, stream, scale, max(margin, MARGIN), buffer, reserve)
 
-    threads = min(workers(), len(blocks))
-    if threads <= 1:
-        stopped = sum(run(item) for item in blocks)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            stopped = sum(pool.map(run, blocks))
-    return out, stopped
+    each_chunk(run, len(starts))
+    return out, sum(stopped)
 
 
 def discrete_laplace(
