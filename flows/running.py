@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fdptm import handoff
 from fdptm.errors import FdptmError
 from fdptm.flows import api_server
 
@@ -124,7 +125,62 @@ def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return flow(*args, **kwargs)
 
 
-_API: list[TemporaryAPI] = []
+_API: list[TemporaryAPI | _HeldAPI] = []
+_HELD: dict[str, Any] = {}
+
+
+def run_flow(target: str, *args: Any, api: bool = True, **kwargs: Any) -> Any:
+    """The flow named ``target`` (``module:name``) run as ``run`` runs it, for the Python
+    API: handed to a running release process (``fdptm serve``) when one serves this
+    environment, so that neither Prefect nor the flow is imported here; else run in this
+    process. ``api``: use a temporary API server when Prefect's settings name none (not for
+    flows whose tasks run on Dask workers, see ``start_api``)."""
+    served = handoff.call("fdptm.flows.running:run_named", target, api, args, kwargs)
+    if served is not handoff.LOCAL:
+        return served
+    return run_named(target, api, args, kwargs)
+
+
+@handoff.served
+def run_named(target: str, api: bool, args: tuple, kwargs: dict) -> Any:
+    """``run_flow``'s work, in whichever process runs it."""
+    module, _, name = target.partition(":")
+    flow = getattr(importlib.import_module(module), name)
+    prepare_prefect()
+    if api:
+        start_api()
+    return run(flow, *args, **kwargs)
+
+
+def use_served_api(url: str, database: tuple[str, str]) -> None:
+    """In a child of ``fdptm serve``: ``start_api`` uses the server's temporary API at
+    ``url`` instead of starting one, when this request's Prefect settings would have
+    started one on the same database (``prefect_database``)."""
+    _HELD.update(url=url, database=database)
+
+
+def prefect_database() -> tuple[str, str]:
+    """Prefect's home and database URL as this process's settings have them: where a
+    temporary API server keeps its runs."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    url = settings.server.database.connection_url
+    url = url.get_secret_value() if hasattr(url, "get_secret_value") else url
+    return str(settings.home), str(url)
+
+
+class _HeldAPI:
+    """The temporary API server a parent ``fdptm serve`` holds: used, never stopped here."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def url(self) -> str:
+        return self._url
+
+    def stop(self) -> None:
+        return None
 
 
 def start_api() -> None:
@@ -137,6 +193,9 @@ def start_api() -> None:
     flows whose tasks run on a Dask task runner: the settings travel to the workers, and
     this server's loopback URL means nothing on another host."""
     if _API or os.environ.get("PREFECT_API_URL") or not _ephemeral_wanted():
+        return
+    if _HELD and _HELD["database"] == prefect_database():
+        _API.append(_HeldAPI(_HELD["url"]))
         return
     _API.append(TemporaryAPI())
     atexit.register(stop_api)

@@ -16,6 +16,9 @@ import pytest
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# fdptm commands the tests start run in their own processes, never handed to a `fdptm serve`
+# the developer may have running (tests/test_serve.py starts its own and turns this on)
+os.environ["FDPTM_SERVE"] = "off"
 # Prefect's INFO chatter (task and flow states) out of the test output; warnings still show.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # Prefect's temporary API servers (the harness's, and the CLI's in subprocess tests) wait 20 s

@@ -116,14 +116,12 @@ class Workspace:
         """``fdptm audit``: the internal report (NOT DP; never publish it). Raises
         ``AuditFailedError`` when a bound exceeds its claim."""
         from fdptm.flows import running
-        from fdptm.flows.audit import audit
         from fdptm.tasks.audit import AuditSpec
 
         if workers is not None and workers < 1:
             raise BadInputError(f"workers must be >= 1, got {workers}")
         spec = AuditSpec(run_id, str(self.path), shadows, mode, seed, confidence)
-        running.prepare_prefect()
-        return running.run(audit, spec, workers, None, False)
+        return running.run_flow("fdptm.flows.audit:audit", spec, workers, None, False)
 
     def store(self):
         """``fdptm store``: the artifact store (``storage.objectstore.Status``: its URL or
@@ -199,15 +197,13 @@ class Dataset:
         statistics on the Dask cluster at ``dask_address`` if given. Returns the published
         ``Release``."""
         from fdptm.flows import running
-        from fdptm.flows.release import release
         from fdptm.parallel import check_cluster
         from fdptm.tasks import run as lifecycle
 
         request = self._request(request, fields)
         lifecycle.preflight(request)
         check_cluster(dask_address)
-        running.prepare_prefect()
-        outcome = running.run(release, request, False, dask_address)
+        outcome = running.run_flow("fdptm.flows.release:release", request, False, dask_address)
         if outcome["store_pending"]:
             warnings.warn(outcome["store_pending"], StorePendingWarning, stacklevel=2)
         return load_release(outcome["release_path"])
@@ -244,10 +240,16 @@ class Dataset:
         planned = plan_backfill(request, by, first, last)  # refusals before Prefect starts
         if nothing_to_run(planned):  # a no-op: no flow, so no Prefect
             return [p.left_alone() for p in planned]
-        from fdptm.flows.backfill import run_backfill
-
-        running.prepare_prefect()
-        return running.run(run_backfill, request, by, first, last, dask_address)["partitions"]
+        outcome = running.run_flow(
+            "fdptm.flows.backfill:run_backfill",
+            request,
+            by,
+            first,
+            last,
+            dask_address,
+            api=dask_address is None,  # Dask workers would get this host's loopback URL
+        )
+        return outcome["partitions"]
 
     def partitions(self, counts: bool = False, by: str = "day") -> list[dict]:
         """``fdptm partitions --json``: the batches (number, source, timed, ingest time);
@@ -286,11 +288,9 @@ class Dataset:
         """``fdptm compare``: an internal comparison table (NOT DP; spends nothing);
         ``options`` as the compare flow takes them (``iterations``, ``seed``, ...)."""
         from fdptm.flows import running
-        from fdptm.flows.compare import compare_flow
 
-        running.prepare_prefect()
-        return running.run(
-            compare_flow,
+        return running.run_flow(
+            "fdptm.flows.compare:compare_flow",
             dataset=self.name,
             epsilon=epsilon,
             delta=delta,

@@ -294,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     rels.add_argument("--json", action="store_true")
     workspace(rels)
 
+    serve = sub.add_parser(
+        "serve",
+        help="keep a warm release process that this environment's fdptm commands and "
+        "Python API calls are handed to (until Ctrl-C or SIGTERM)",
+    )
+    what = serve.add_mutually_exclusive_group()
+    what.add_argument("--status", action="store_true", help="say whether one is running")
+    what.add_argument("--stop", action="store_true", help="stop the running one")
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -336,9 +344,28 @@ def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``fdptm`` command. Run as a process (no ``argv``), it hands the command to a
+    running ``fdptm serve`` of this environment when there is one (``fdptm.handoff``)."""
+    if argv is None:
+        served = _hand_off(sys.argv[1:])
+        if served is not None:
+            return served
     args = build_parser().parse_args(argv)
     with _catalog_of(args):
         return _dispatch(args)
+
+
+def _hand_off(argv: list[str]) -> int | None:
+    """The exit status of ``argv`` run by a release process, or None to run it here."""
+    from fdptm import handoff
+
+    if not argv or argv[0] in ("serve", "-h", "--help"):
+        return None
+    try:
+        return handoff.run_command(argv)
+    except handoff.HandoffError as exc:
+        _error(str(exc))
+        return 1
 
 
 @contextmanager
@@ -386,6 +413,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             "local": cli_local.cmd_local,
             "verify": cli_verify.cmd_verify,
             "catalog": cli_catalog.cmd_catalog,
+            "serve": cmd_serve,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -1088,6 +1116,12 @@ def _manifest(release: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fdptm import serve
+
+    return serve.run(stop=args.stop, status=args.status)
 
 
 def cmd_budget(args: argparse.Namespace) -> int:

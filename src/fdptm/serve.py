@@ -1,0 +1,502 @@
+"""``fdptm serve``: a long-lived release process that fdptm commands are handed to.
+
+The process imports once what every release needs (Prefect's engine, Great Expectations for
+the publish checks, the mechanisms, OpenDP, dp-accounting, nltk's WordNet reader and
+numba's compiled kernels from their cache) and, unless ``PREFECT_API_URL`` names a server,
+starts Prefect's temporary API server (``fdptm.flows.running.TemporaryAPI``) and keeps it
+up. It then listens on this environment's socket (``fdptm.handoff``) and forks one child
+per request. The fork is the isolation: each command runs in its own process, as a fresh
+one would, with the caller's arguments, environment (Prefect's settings are re-read from
+it: ``prefect.context.refresh_global_settings_context``), working directory, umask and
+terminal; a command that crashes or is killed takes nothing else with it, and no state
+passes from one command to the next. Requests run side by side, as separate processes
+would; the catalog's own lock orders their writes.
+
+What is not held: the catalog. A DuckDB connection cannot cross a fork, and one held open
+here would lock other processes out of the workspace, so each command opens its
+workspace's catalog as a fresh process does (milliseconds). numba's parallel kernels are
+loaded but never run here, so no threading layer is started before a fork.
+
+Privacy: a served command runs the same code with the same inputs; nothing about a request
+is kept in this process (the children hold it and exit). The server logs only its own
+start, stop and the count of commands; never arguments, paths or data.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import importlib
+import io
+import logging
+import os
+import pkgutil
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from fdptm import handoff
+from fdptm.errors import BadInputError
+
+PACKAGES = ("fdptm", "fdptm.flows", "fdptm.tasks", "fdptm.storage", "fdptm.deployments")
+"""fdptm's packages: every module of them is imported by the server."""
+WARM = (
+    "great_expectations",
+    "opendp.prelude",
+    "dp_accounting",
+    "prefect.flow_engine",
+    "prefect.task_engine",
+    "fastapi",
+    "graphviz",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "pyarrow.csv",
+    "pyarrow.json",
+)
+"""What a release imports besides fdptm's modules (found by listing the modules a served
+release still imported)."""
+
+CHECK_EVERY = 5.0
+"""Seconds between the server's checks of its code (an upgrade stops it) and API server."""
+
+
+class Server:
+    """The listening process: its lock, its socket, its held API server and children."""
+
+    def __init__(self) -> None:
+        directory = handoff.socket_dir(create=True)
+        if directory is None:
+            raise BadInputError(
+                "fdptm serve needs a socket directory only you can enter: "
+                f"${handoff.SOCKET_DIR_VAR}, $XDG_RUNTIME_DIR/fdptm or /tmp/fdptm-{os.getuid()} "
+                "exists but is another user's or not mode 0700; remove it or set "
+                f"${handoff.SOCKET_DIR_VAR} to a new directory"
+            )
+        self.key = handoff.key()
+        self.fingerprint = handoff.code_fingerprint()
+        self.path = directory / f"{self.key}.sock"
+        self._lock = _take_lock(directory / f"{self.key}.lock")
+        self._listener: socket.socket | None = None
+        self._api = None
+        self._children: set[int] = set()
+        self._stopping = False
+        self.served = 0
+
+    def warm(self) -> float:
+        """Import what a release needs and load the kernels; seconds it took."""
+        from fdptm.cli import _quiet_prefect
+
+        start = time.monotonic()
+        _quiet_prefect()
+        for module in (*_modules(), *WARM):
+            importlib.import_module(module)
+        from fdptm import text
+
+        text.lemmatizer()
+        text.stop_words()
+        _load_kernels()
+        self._start_api()
+        return time.monotonic() - start
+
+    def _start_api(self) -> None:
+        """Prefect's temporary API server, held for the children whose settings name no
+        API and the same database as this process's."""
+        from fdptm.flows import running
+
+        if os.environ.get("PREFECT_API_URL") or not running._ephemeral_wanted():
+            return
+        api = running.TemporaryAPI()
+        url = api.url()
+        self._api = (api, url, running.prefect_database()) if url else None
+
+    def listen(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # we hold the lock: a socket here is a dead server's
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        listener.listen(64)
+        self._listener = listener
+
+    def loop(self) -> None:
+        """Accept and fork until SIGTERM, SIGINT or a change of the installed code; then
+        wait for the running children and stop the API server."""
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._stop)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        checked = time.monotonic()
+        while not self._stopping:
+            ready, _, _ = select.select([self._listener, wake_read], [], [], CHECK_EVERY)
+            if wake_read in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_read, 512)
+            if self._listener in ready and not self._stopping:
+                self._accept()
+            self._reap()
+            if time.monotonic() - checked >= CHECK_EVERY:
+                checked = time.monotonic()
+                self._check()
+        self._shut(wake_read)
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        if self._stopping:  # a second signal: stop the running commands too
+            for pid in list(self._children):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        self._stopping = True
+
+    def _check(self) -> None:
+        if handoff.code_fingerprint() != self.fingerprint:
+            _say("the installed code changed: stopping (start `fdptm serve` again)")
+            self._stopping = True
+        elif self._api is not None and self._api[0]._process.poll() is not None:
+            _say("Prefect's temporary API server exited: starting another")
+            self._start_api()
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        with conn:
+            if handoff.peer_uid(conn) != os.getuid():
+                return
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = self._child(conn)
+                finally:
+                    _exit_child(code)
+            self._children.add(pid)
+            self.served += 1
+
+    def _reap(self) -> None:
+        for pid in list(self._children):
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done == 0:
+                    continue
+            self._children.discard(pid)
+
+    def _shut(self, wake_read: int) -> None:
+        self._listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        if self._children:
+            _say(f"waiting for {len(self._children)} running command(s) to finish")
+        while self._children:
+            with contextlib.suppress(ChildProcessError, InterruptedError):
+                pid, _ = os.waitpid(-1, 0)
+                self._children.discard(pid)
+        if self._api is not None:
+            self._api[0].stop()
+        signal.set_wakeup_fd(-1)
+        os.close(wake_read)
+        _say(f"stopped after {self.served} command(s)")
+
+    def _child(self, conn: socket.socket) -> int:
+        """In the forked child: take the caller's context, run its request, report."""
+        self._listener.close()
+        os.close(self._lock)
+        os.setsid()  # signals meant for the server (its terminal's Ctrl-C) do not reach us
+        signal.set_wakeup_fd(-1)
+        # a Ctrl-C the caller passes on waits until the command runs (``_interruptible``):
+        # raised anywhere else, it would end this child without telling the caller
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        # the connection stays open until this process ends (a duplicate nobody closes):
+        # the caller's end sees it close only after our exit work, Prefect's flush included
+        os.dup(conn.fileno())
+        conn.settimeout(30)
+        request, fds = handoff.receive(conn, fds=3)
+        conn.settimeout(None)
+        outbox = _Outbox(conn)
+        try:
+            _adopt(request, fds)
+        except OSError as exc:
+            print(f"fdptm: cannot take the caller's context ({exc})", file=sys.stderr)
+            outbox.send({"done": 2})
+            return 2
+        outbox.send({"pid": os.getpid()})  # from here on, the caller's signals reach us
+        threading.Thread(target=_die_with_caller, args=(conn,), daemon=True).start()
+        if request["kind"] == "cli":
+            code = _run_cli(request["argv"], self._api)
+            outbox.send({"done": code})
+            return code
+        result = _run_call(request, self._api, outbox)
+        outbox.send({"done": result})
+        return 0
+
+
+def _modules() -> list[str]:
+    """Every module of fdptm's packages."""
+    names = []
+    for package in PACKAGES:
+        path = importlib.import_module(package).__path__
+        names.extend(m.name for m in pkgutil.walk_packages(path, f"{package}."))
+    return names
+
+
+def _take_lock(path: Path) -> int:
+    """The server's lock (one server per environment), its pid written in it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise BadInputError(
+            f"a release process already serves this environment (pid {holder}); "
+            "`fdptm serve --stop` stops it"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def holder() -> int | None:
+    """The pid of the server for this environment, or None when none runs."""
+    path = handoff.socket_path()
+    if path is None:
+        return None
+    lock = path.with_suffix(".lock")
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else None
+        return None  # nobody holds it
+    finally:
+        os.close(fd)
+
+
+def _load_kernels() -> None:
+    """Load the compiled kernels of fdptm's modules from numba's cache, for every
+    signature cached on this machine, without running any. The parallel ones are left to
+    load on first use: loading one starts numba's threading layer, which a fork must not
+    copy. The cache index is numba's internal API: when it changes, say so and go on (the
+    kernels then load in each command, as in a fresh process)."""
+    from numba.core.registry import CPUDispatcher
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("fdptm.") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if not isinstance(value, CPUDispatcher) or value.targetoptions.get("parallel"):
+                continue
+            try:
+                machine = value.targetctx.codegen().magic_tuple()
+                cached = value._cache._cache_file._load_index()
+            except AttributeError:
+                _say("numba's cache changed its layout: kernels load in each command")
+                return
+            for entry in cached:
+                if entry[1] == machine:
+                    value.compile(entry[0])
+
+
+class _Outbox:
+    """Messages to the caller, from any thread (log records arrive from Prefect's)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, message: dict) -> None:
+        with self._lock:
+            handoff.send(self._conn, message)
+
+
+class _Forward(logging.Handler):
+    """The child's log records, sent to the caller's loggers (``handoff.call``)."""
+
+    def __init__(self, outbox: _Outbox) -> None:
+        super().__init__()
+        self._outbox = outbox
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = dict(record.__dict__)
+            fields["msg"] = record.getMessage()
+            fields["args"] = None
+            if record.exc_info:
+                fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+            fields["exc_info"] = None
+            self._outbox.send({"log": fields})
+        except Exception:
+            self.handleError(record)
+
+
+def _adopt(request: dict, fds: list[int]) -> None:
+    """Become the caller: its stdio, environment, working directory and umask."""
+    for target, fd in zip(request["fds"], fds, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    for missing in {0, 1, 2} - set(request["fds"]):
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, missing)
+        os.close(null)
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = sys.__stdin__ = open(0, encoding=encoding, closefd=False)  # noqa: SIM115
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        open(1, "wb", buffering=0, closefd=False),  # noqa: SIM115
+        encoding=encoding,
+        errors=errors,
+        line_buffering=os.isatty(1),
+        write_through=not os.isatty(1),
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        open(2, "wb", buffering=0, closefd=False),  # noqa: SIM115
+        encoding=encoding,
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ[handoff.SERVE_VAR] = "off"  # a child never hands off again
+    time.tzset()
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+
+
+def _refresh_prefect() -> None:
+    """Prefect's settings and logging as a fresh process in this environment has them."""
+    from prefect.context import refresh_global_settings_context
+    from prefect.logging import configuration
+
+    refresh_global_settings_context()
+    configuration.PROCESS_LOGGING_CONFIG.clear()
+
+
+def _use_held_api(api) -> None:
+    """Let ``running.start_api`` use the server's temporary API when this request's
+    Prefect settings would have started one on the same database."""
+    from fdptm.flows import running
+
+    if api is not None:
+        running.use_served_api(api[1], api[2])
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGINT delivered (as KeyboardInterrupt) only inside this block: the command's."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _run_cli(argv: list[str], api) -> int:
+    from fdptm import cli
+
+    sys.argv = ["fdptm", *argv]
+    cli._quiet_prefect()
+    _refresh_prefect()
+    _use_held_api(api)
+    try:
+        with _interruptible():
+            return cli.main(argv)
+    except KeyboardInterrupt:  # before the command's own handler was reached
+        print("fdptm: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def _run_call(request: dict, api, outbox: _Outbox) -> Any:
+    """A ``served`` function of the Python API; its result or its exception."""
+    from fdptm.flows import running
+
+    running.environment_defaults()
+    _refresh_prefect()
+    _use_held_api(api)
+    root = logging.getLogger()
+    root.setLevel(request["log_level"])
+    root.addHandler(_Forward(outbox))
+    try:
+        if request["target"] not in handoff.SERVED:
+            raise BadInputError(f"{request['target']} is not served by fdptm serve")
+        module, _, name = request["target"].partition(":")
+        function = importlib.import_module(module)
+        for part in name.split("."):
+            function = getattr(function, part)
+        with _interruptible():
+            return function(*request["args"], **request["kwargs"])
+    except BaseException as exc:  # raised in the caller, as if the call had run there
+        try:
+            handoff.pickle.dumps(exc)
+        except Exception:
+            return RuntimeError(f"{type(exc).__name__}: {exc}")
+        return exc
+
+
+def _die_with_caller(conn: socket.socket) -> None:
+    """The caller sends nothing after its request: when its end closes before ours, it
+    died, and so does this child (as an unserved command dies with its process)."""
+    with contextlib.suppress(OSError):
+        conn.recv(1)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exit_child(code: int) -> None:
+    """End as a process does at the Python level (non-daemon threads joined, then the
+    ``atexit`` work, Prefect's log and event flush among it), then ``os._exit``: the C++
+    destructors of threads the server's libraries hold would abort in a forked copy."""
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _say(message: str) -> None:
+    print(f"fdptm serve: {message}", file=sys.stderr, flush=True)
+
+
+def run(stop: bool = False, status: bool = False) -> int:
+    """The ``fdptm serve`` command: serve until stopped, or stop or report the server."""
+    pid = holder()
+    if status or stop:
+        if pid is None:
+            print("no release process serves this environment")
+            return 0 if stop else 1
+        if stop:
+            os.kill(pid, signal.SIGTERM)
+            print(f"stopping the release process (pid {pid})")
+            return 0
+        print(f"a release process serves this environment: pid {pid}")
+        return 0
+    server = Server()
+    seconds = server.warm()
+    server.listen()
+    _say(f"ready in {seconds:.1f} s (pid {os.getpid()}): this environment's commands run here")
+    server.loop()
+    return 0

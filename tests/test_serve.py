@@ -1,0 +1,340 @@
+"""``fdptm serve``: a real server process, real CLI and Python processes handing off to it.
+
+The server runs with its own socket directory and Prefect home, and starts (and holds) its
+own temporary Prefect API, as it does for a user with no Prefect server. What a served
+command does is checked from outside, as a user sees it: exit statuses, output, files, the
+server's own count of the commands it ran (printed when it stops), and, for the Python API,
+that the caller never imported Prefect.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from fdptm import handoff
+
+FDPTM = [sys.executable, "-P", "-m", "fdptm.cli"]
+LINES = ["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 40
+RELEASE = [
+    "release",
+    "--dataset",
+    "small",
+    "--epsilon",
+    "50",
+    "--delta",
+    "1e-5",
+    "--mechanism",
+    "dp-vi",
+    "--topics",
+    "2",
+    "--iterations",
+    "5",
+    "--m1",
+    "none",
+    "--vocabulary",
+    "words.txt",
+    "--no-progress",
+]
+STARTUP = 600  # seconds: a failure guard for a busy machine, not a measured expectation
+
+
+class Served:
+    """A running ``fdptm serve`` and the environment its callers share."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+        sockets = root / "sockets"
+        sockets.mkdir(mode=0o700)
+        self.env.update(
+            FDPTM_SERVE="on",
+            FDPTM_SERVE_DIR=str(sockets),
+            FDPTM_WORKSPACE=str(root / "ws"),
+            PREFECT_HOME=str(root / "prefect"),
+        )
+        self.env.pop("PYTHONPATH", None)
+        self.log = root / "serve.log"
+        self.process = subprocess.Popen(
+            [*FDPTM, "serve"],
+            cwd=root,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("wb"),
+        )
+        deadline = time.monotonic() + STARTUP
+        while "ready in" not in self.log.read_text():
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.2)
+
+    def run(self, *args: str, env: dict | None = None, **options) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*FDPTM, *args],
+            cwd=self.root,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=STARTUP,
+            **options,
+        )
+
+    def stop(self) -> str:
+        """Stop it (SIGTERM) and return what it printed."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=STARTUP)
+        return self.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    (root / "small.txt").write_text("\n".join(LINES) + "\n")
+    words = sorted({w for line in LINES for w in line.split()})
+    (root / "words.txt").write_text("\n".join(words) + "\n")
+    server = Served(root)
+    yield server
+    if server.process.poll() is None:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def handed(served):
+    """Commands run through the server, in order; then its log once stopped."""
+    runs = {
+        "ingest": served.run("ingest", "small.txt", "--dataset", "small", "--format", "lines"),
+        "release": served.run(*RELEASE),
+        "budget": served.run("budget", "--dataset", "small", "--json"),
+        "bad": served.run("release", "--dataset", "small", "--epsilon", "-1", "--delta", "1e-5"),
+        "usage": served.run("release", "--no-such-option"),
+    }
+    return runs
+
+
+def test_a_served_release_is_the_release_a_fresh_process_makes(handed, served):
+    assert handed["ingest"].returncode == 0, handed["ingest"].stderr
+    done = handed["release"]
+    assert done.returncode == 0, done.stderr
+    assert "guarantee: (50, 1e-05)-DP, document-level adjacency" in done.stdout
+    run_id = next(
+        line.split()[-1] for line in done.stdout.splitlines() if line.startswith("run id")
+    )
+    manifest = json.loads((served.root / "ws" / "releases" / run_id / "manifest.json").read_text())
+    assert [s["mechanism"] for s in manifest["stages"] if s["step"] == "M2"] == ["dp-vi"]
+    assert manifest["model"]["topics"] == 2
+    budget = json.loads(handed["budget"].stdout)
+    assert budget["totals"][budget["dataset_unit"]]["epsilon"] == pytest.approx(50)
+
+
+def test_exit_statuses_and_errors_reach_the_caller(handed):
+    bad = handed["bad"]
+    assert bad.returncode == 2
+    assert "epsilon" in bad.stderr and "Traceback" not in bad.stderr
+    usage = handed["usage"]
+    assert usage.returncode == 2 and "unrecognized arguments: --no-such-option" in usage.stderr
+
+
+def test_only_callers_of_the_same_environment_are_served(served, handed):
+    """Another import-time environment, or FDPTM_SERVE=off, runs the command itself; the
+    server's count (printed when it stops, in the last test) does not include them."""
+    for env in ({**served.env, "NUMBA_OPT": "2"}, {**served.env, "FDPTM_SERVE": "off"}):
+        done = served.run("budget", "--dataset", "small", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["dataset"] == "small"
+
+
+def test_the_python_api_hands_its_flows_over_and_gets_errors_back(served, handed):
+    script = """
+import sys
+import fdptm
+from fdptm import handoff
+from fdptm.errors import BadInputError
+
+small = fdptm.Workspace("ws").dataset("small")
+release = small.release(epsilon=50, delta=1e-5, mechanism="dp-vi", topics=2, iterations=5,
+                        m1="none", vocabulary="words.txt")
+print("topics", release.topic_word.shape[0])
+print("prefect imported here:", "prefect" in sys.modules)
+try:
+    handoff.call("os:getcwd")
+except BadInputError as exc:
+    print("refused:", exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", script],
+        cwd=served.root,
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "topics 2" in done.stdout
+    assert "prefect imported here: False" in done.stdout
+    assert "refused: os:getcwd is not served by fdptm serve" in done.stdout
+
+
+@contextmanager
+def catalog_held(served: Served):
+    """The workspace's catalog lock, held: a command waits for it, as for another writer."""
+    with (served.root / "ws" / "catalog.lock").open("rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def test_a_served_call_s_log_records_reach_the_caller_s_loggers(caplog):
+    """The child's ``_Forward`` handler and the caller's ``handoff._request``, over a real
+    Unix socket pair: a record logged in the child is handled by the caller's logger."""
+    from fdptm.serve import _Forward, _Outbox
+
+    caller, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def serve_one() -> None:
+        handoff.receive(child, fds=3)
+        outbox = _Outbox(child)
+        outbox.send({"pid": os.getpid() + 10**6})  # no such process: nothing to signal
+        record = logging.LogRecord(
+            "fdptm.progress", logging.WARNING, __file__, 1, "M2 %s", ("done",), None
+        )
+        _Forward(outbox).handle(record)
+        outbox.send({"done": 7})
+        child.close()
+
+    thread = threading.Thread(target=serve_one)
+    thread.start()
+    with caplog.at_level(logging.INFO, logger="fdptm.progress"):
+        assert handoff._request(caller, {"kind": "call"}) == 7
+    thread.join()
+    caller.close()
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("fdptm.progress", logging.WARNING, "M2 done")
+    ]
+
+
+def test_ctrl_c_reaches_the_served_command(served, handed):
+    """A command waiting for the catalog; SIGINT to the caller interrupts the child, which
+    exits 130 (``interrupted``), and the caller with it."""
+    with catalog_held(served):
+        caller = subprocess.Popen(
+            [*FDPTM, "budget", "--dataset", "small"],
+            cwd=served.root,
+            env=served.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        _wait_for_child_of(served.process.pid)
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=STARTUP)
+    assert caller.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+
+
+def test_a_caller_killed_takes_its_served_command_with_it(served, handed):
+    with catalog_held(served):
+        caller = subprocess.Popen(
+            [*FDPTM, "budget", "--dataset", "small"],
+            cwd=served.root,
+            env=served.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        child = _wait_for_child_of(served.process.pid)
+        caller.kill()
+        caller.wait(timeout=STARTUP)
+        deadline = time.monotonic() + STARTUP
+        while _alive(child):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_concurrent_callers_are_served_side_by_side(served, handed):
+    results: list[subprocess.CompletedProcess] = []
+
+    def budget() -> None:
+        results.append(served.run("budget", "--dataset", "small", "--json"))
+
+    threads = [threading.Thread(target=budget) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+
+
+def test_one_server_per_environment_and_stop(served, handed):
+    second = served.run("serve")
+    assert second.returncode == 2
+    assert f"already serves this environment (pid {served.process.pid})" in second.stderr
+    status = served.run("serve", "--status")
+    assert status.returncode == 0 and str(served.process.pid) in status.stdout
+    stopped = served.run("serve", "--stop")
+    assert stopped.returncode == 0
+    served.process.wait(timeout=STARTUP)
+    log = served.log.read_text()
+    # ingest, release, budget, the two refusals, the API's two calls, the two interrupted
+    # budgets, the three concurrent ones (`serve` itself is never handed over): 12
+    assert "stopped after 12 command(s)" in log, log
+    assert not list((served.root / "sockets").glob("*.sock"))
+    assert served.run("serve", "--status").returncode == 1
+
+
+def test_a_socket_directory_others_can_enter_is_refused(tmp_path, monkeypatch):
+    shared = tmp_path / "open"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    env = {**os.environ, "FDPTM_SERVE_DIR": str(shared), "FDPTM_SERVE": "on"}
+    done = subprocess.run(
+        [*FDPTM, "serve"], env=env, capture_output=True, text=True, timeout=STARTUP
+    )
+    assert done.returncode == 2
+    assert "only you can enter" in done.stderr and "Traceback" not in done.stderr
+    monkeypatch.setenv("FDPTM_SERVE_DIR", str(shared))
+    assert handoff.socket_dir() is None and handoff.connect() is None
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+def _wait_for_child_of(pid: int) -> int:
+    deadline = time.monotonic() + STARTUP
+    while True:
+        # the held API server is a child too: a served command is a child that is not it
+        kids = [k for k in _children(pid) if "api_server" not in _cmdline(k)]
+        if kids:
+            return kids[0]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except FileNotFoundError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
