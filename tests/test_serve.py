@@ -26,7 +26,8 @@ import pytest
 
 from fdptm import handoff
 
-FDPTM = [sys.executable, "-P", "-m", "fdptm.cli"]
+# callers as `python -m` puts their working directory first on sys.path; the server with -P
+FDPTM = [sys.executable, "-m", "fdptm.cli"]
 LINES = ["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 40
 RELEASE = [
     "release",
@@ -68,7 +69,7 @@ class Served:
         self.env.pop("PYTHONPATH", None)
         self.log = root / "serve.log"
         self.process = subprocess.Popen(
-            [*FDPTM, "serve"],
+            [sys.executable, "-P", "-m", "fdptm.cli", "serve"],
             cwd=root,
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -293,6 +294,23 @@ def test_one_server_per_environment_and_stop(served, handed):
     assert "stopped after 12 command(s)" in log, log
     assert not list((served.root / "sockets").glob("*.sock"))
     assert served.run("serve", "--status").returncode == 1
+
+
+def test_detach_returns_once_the_server_is_ready(served, handed):
+    """After the module's server stopped: ``--detach`` starts one in the background and
+    returns when it accepts commands; the next command is served at once."""
+    started = served.run("serve", "--detach")
+    assert started.returncode == 0, started.stderr
+    log = Path(started.stdout.split("(log: ")[1].rstrip().rstrip(")"))
+    assert "ready in" in log.read_text()
+    budget = served.run("budget", "--dataset", "small", "--json")
+    assert budget.returncode == 0 and json.loads(budget.stdout)["dataset"] == "small"
+    assert served.run("serve", "--stop").returncode == 0
+    deadline = time.monotonic() + STARTUP
+    while "stopped after" not in log.read_text().split("ready in")[-1]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert "stopped after 1 command(s)" in log.read_text().split("ready in")[-1]
 
 
 def test_a_socket_directory_others_can_enter_is_refused(tmp_path, monkeypatch):

@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     what = serve.add_mutually_exclusive_group()
     what.add_argument("--status", action="store_true", help="say whether one is running")
     what.add_argument("--stop", action="store_true", help="stop the running one")
+    what.add_argument(
+        "--detach", action="store_true", help="run it in the background; return once it is ready"
+    )
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -1121,7 +1124,7 @@ def _manifest(release: Path) -> dict:
 def cmd_serve(args: argparse.Namespace) -> int:
     from fdptm import serve
 
-    return serve.run(stop=args.stop, status=args.status)
+    return serve.run(stop=args.stop, status=args.status, detach=args.detach)
 
 
 def cmd_budget(args: argparse.Namespace) -> int:

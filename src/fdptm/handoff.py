@@ -40,6 +40,7 @@ import socket
 import stat
 import struct
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,10 @@ def socket_dir(create: bool = False) -> Path | None:
 
 def code_fingerprint() -> list:
     """The installed code as a server must match it: every ``.py`` file of fdptm's packages
-    (path, size, modification time) and the modification times of the directories on
-    ``sys.path`` (a package installed or removed there changes its directory)."""
+    (path, size, modification time) and the modification times of the interpreter's
+    site-packages directories (a package installed, upgraded or removed there changes its
+    directory). Not ``sys.path`` as such: its first entry is the caller's working directory
+    under ``python -m``, which says nothing about the code."""
     files: list = []
     for root in _package_dirs():
         for directory, subdirs, names in os.walk(root):
@@ -107,12 +110,12 @@ def code_fingerprint() -> list:
                 if name.endswith(".py"):
                     info = os.stat(os.path.join(directory, name))
                     files.append((directory, name, info.st_size, info.st_mtime_ns))
-    paths = []
-    for entry in sys.path:
+    paths = sysconfig.get_paths()
+    sites = []
+    for entry in sorted({paths["purelib"], paths["platlib"]}):
         with contextlib.suppress(OSError):
-            if os.path.isdir(entry):
-                paths.append((entry, os.stat(entry).st_mtime_ns))
-    return [files, paths]
+            sites.append((entry, os.stat(entry).st_mtime_ns))
+    return [files, sites]
 
 
 def _package_dirs() -> list[str]:

@@ -35,6 +35,7 @@ import pkgutil
 import select
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -83,6 +84,8 @@ class Server:
         self.fingerprint = handoff.code_fingerprint()
         self.path = directory / f"{self.key}.sock"
         self._lock = _take_lock(directory / f"{self.key}.lock")
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # we hold the lock: a socket here is a dead server's
         self._listener: socket.socket | None = None
         self._api = None
         self._children: set[int] = set()
@@ -117,12 +120,16 @@ class Server:
         self._api = (api, url, running.prefect_database()) if url else None
 
     def listen(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # we hold the lock: a socket here is a dead server's
+        """Bind and listen under a temporary name, then rename: the socket appears at its
+        path only when it accepts connections."""
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.path))
-        os.chmod(self.path, 0o600)
+        staging = self.path.with_suffix(".binding")
+        with contextlib.suppress(FileNotFoundError):
+            staging.unlink()
+        listener.bind(str(staging))
+        os.chmod(staging, 0o600)
         listener.listen(64)
+        os.replace(staging, self.path)
         self._listener = listener
 
     def loop(self) -> None:
@@ -481,8 +488,9 @@ def _say(message: str) -> None:
     print(f"fdptm serve: {message}", file=sys.stderr, flush=True)
 
 
-def run(stop: bool = False, status: bool = False) -> int:
-    """The ``fdptm serve`` command: serve until stopped, or stop or report the server."""
+def run(stop: bool = False, status: bool = False, detach: bool = False) -> int:
+    """The ``fdptm serve`` command: serve until stopped (in the background with
+    ``detach``, once ready), or stop or report the server."""
     pid = holder()
     if status or stop:
         if pid is None:
@@ -494,9 +502,36 @@ def run(stop: bool = False, status: bool = False) -> int:
             return 0
         print(f"a release process serves this environment: pid {pid}")
         return 0
+    if detach:
+        return _detach()
     server = Server()
     seconds = server.warm()
     server.listen()
     _say(f"ready in {seconds:.1f} s (pid {os.getpid()}): this environment's commands run here")
     server.loop()
     return 0
+
+
+def _detach() -> int:
+    """Start ``fdptm serve`` in its own session, its output in a log beside its socket,
+    and return once it answers (or say why it did not)."""
+    path = handoff.socket_path(create=True)
+    if path is None:
+        Server()  # raises the socket directory's error
+    log = path.with_suffix(".log")
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-m", "fdptm.cli", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise BadInputError(f"fdptm serve exited ({code}) before it was ready; see {log}")
+        if holder() == process.pid and path.exists():  # bound and listening
+            print(f"a release process serves this environment: pid {process.pid} (log: {log})")
+            return 0
+        time.sleep(0.1)
