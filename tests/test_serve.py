@@ -279,6 +279,16 @@ def test_concurrent_callers_are_served_side_by_side(served, handed):
     assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
 
 
+def test_a_served_command_killed_by_a_signal_kills_its_caller_alike(served, handed):
+    """A release that dies by SIGKILL (``FDPTM_KILL_AT``, fdptm.faults) in the served child:
+    the caller dies of SIGKILL too, as it would have unserved; the run is then recovered."""
+    killed = served.run(*RELEASE, env={**served.env, "FDPTM_KILL_AT": "after-preprocess"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    recovered = served.run("recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert "marked failed" in recovered.stdout + recovered.stderr
+
+
 def test_one_server_per_environment_and_stop(served, handed):
     second = served.run("serve")
     assert second.returncode == 2
@@ -290,8 +300,9 @@ def test_one_server_per_environment_and_stop(served, handed):
     served.process.wait(timeout=STARTUP)
     log = served.log.read_text()
     # ingest, release, budget, the two refusals, the API's two calls, the two interrupted
-    # budgets, the three concurrent ones (`serve` itself is never handed over): 12
-    assert "stopped after 12 command(s)" in log, log
+    # budgets, the three concurrent ones, the killed release and recover (`serve` itself is
+    # never handed over): 14
+    assert "stopped after 14 command(s)" in log, log
     assert not list((served.root / "sockets").glob("*.sock"))
     assert served.run("serve", "--status").returncode == 1
 

@@ -260,6 +260,7 @@ def _request(sock: socket.socket, request: dict) -> Any:
     request["fds"] = fds
     relayed: list[int] = []
     child: list[int] = []
+    killed: list[int] = []
 
     def relay(signum: int, _frame: Any) -> None:
         relayed.append(signum)
@@ -287,15 +288,18 @@ def _request(sock: socket.socket, request: dict) -> Any:
             elif "log" in message:
                 record = logging.makeLogRecord(message["log"])
                 logging.getLogger(record.name).handle(record)
+            elif "killed" in message:  # from the server, once the child is reaped
+                killed.append(message["killed"])
             elif "done" in message:
                 _drain(sock)  # the child's exit: its atexit work (Prefect's log flush) done
                 return message["done"]
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
-    if relayed:  # the child died of the signal we passed on: so do we
-        signal.signal(relayed[-1], signal.SIG_DFL)
-        os.kill(os.getpid(), relayed[-1])
+    for signum in killed or relayed[-1:]:  # the child died of a signal: so do we
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
     pid = child[0] if child else "not started"
     raise HandoffError(
         f"the release process's child (pid {pid}) ended without an exit status: it "

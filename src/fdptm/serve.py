@@ -88,7 +88,7 @@ class Server:
             self.path.unlink()  # we hold the lock: a socket here is a dead server's
         self._listener: socket.socket | None = None
         self._api = None
-        self._children: set[int] = set()
+        self._children: dict[int, socket.socket] = {}
         self._stopping = False
         self.served = 0
 
@@ -175,26 +175,37 @@ class Server:
             conn, _ = self._listener.accept()
         except BlockingIOError:
             return
-        with conn:
-            if handoff.peer_uid(conn) != os.getuid():
-                return
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    code = self._child(conn)
-                finally:
-                    _exit_child(code)
-            self._children.add(pid)
-            self.served += 1
+        if handoff.peer_uid(conn) != os.getuid():
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = self._child(conn)
+            finally:
+                _exit_child(code)
+        # our copy stays open until the child is reaped: a child killed by a signal is
+        # reported to its caller, which then dies of the same signal (``_reap``)
+        self._children[pid] = conn
+        self.served += 1
 
-    def _reap(self) -> None:
+    def _reap(self, block: bool = False) -> None:
+        """Reap the children that ended (all of them with ``block``); tell the caller of
+        one that a signal killed which signal it was, and close our end."""
         for pid in list(self._children):
-            with contextlib.suppress(ChildProcessError):
-                done, _ = os.waitpid(pid, os.WNOHANG)
-                if done == 0:
-                    continue
-            self._children.discard(pid)
+            try:
+                done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done == 0:
+                continue
+            conn = self._children.pop(pid)
+            if os.WIFSIGNALED(status):
+                with contextlib.suppress(OSError):
+                    conn.settimeout(1)
+                    handoff.send(conn, {"killed": os.WTERMSIG(status)})
+            conn.close()
 
     def _shut(self, wake_read: int) -> None:
         self._listener.close()
@@ -202,10 +213,7 @@ class Server:
             self.path.unlink()
         if self._children:
             _say(f"waiting for {len(self._children)} running command(s) to finish")
-        while self._children:
-            with contextlib.suppress(ChildProcessError, InterruptedError):
-                pid, _ = os.waitpid(-1, 0)
-                self._children.discard(pid)
+        self._reap(block=True)
         if self._api is not None:
             self._api[0].stop()
         signal.set_wakeup_fd(-1)
@@ -216,6 +224,8 @@ class Server:
         """In the forked child: take the caller's context, run its request, report."""
         self._listener.close()
         os.close(self._lock)
+        for other in self._children.values():  # the other commands' connections
+            other.close()
         os.setsid()  # signals meant for the server (its terminal's Ctrl-C) do not reach us
         signal.set_wakeup_fd(-1)
         # a Ctrl-C the caller passes on waits until the command runs (``_interruptible``):
