@@ -30,6 +30,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,7 +148,11 @@ def runnable_pages() -> list[str]:
     ]
 
 
-def environment(directory: Path, api_url: str | None) -> dict[str, str]:
+def environment(
+    directory: Path, api_url: str | None, sockets: Path | None = None
+) -> dict[str, str]:
+    """A page's environment; ``sockets``: the directory of the ``fdptm serve`` its commands
+    are handed to (None: they run in their own processes)."""
     home = directory / "home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ)
@@ -158,6 +164,9 @@ def environment(directory: Path, api_url: str | None) -> dict[str, str]:
     env.setdefault("FDPTM_THREADS", str(max(1, (os.cpu_count() or 1) // JOBS)))
     if api_url:
         env["PREFECT_API_URL"] = api_url
+    env["FDPTM_SERVE"] = "on" if sockets else "off"
+    if sockets:
+        env["FDPTM_SERVE_DIR"] = str(sockets)
     return env
 
 
@@ -252,9 +261,14 @@ class Ran:
     seconds: float
 
 
-def run_page(page: str, directory: Path, api_url: str | None) -> list[Ran]:
+def run_page(
+    page: str, directory: Path, api_url: str | None, sockets: Path | None = None
+) -> list[Ran]:
     """Run a page's examples in order; stop at the first that fails (later ones use it)."""
-    env = environment(directory, api_url)
+    if sockets is not None and "fdptm serve" in (ROOT / page).read_text(encoding="utf-8"):
+        sockets = directory / "own-sockets"  # the page starts and stops its own server
+        sockets.mkdir(mode=0o700)
+    env = environment(directory, api_url, sockets)
     ran: list[Ran] = []
     for block in parse(ROOT / page):
         if block.lang not in RUN or block.not_run is not None:
@@ -286,6 +300,31 @@ def cost(page: str) -> int:
     return sum(len(HEAVY.findall(b.code)) for b in blocks)
 
 
+@contextmanager
+def release_process(directory: Path, api_url: str | None) -> Iterator[Path]:
+    """A ``fdptm serve`` for the pages' commands (``docs/how-to/serve.md``): each runs in a
+    fork of one warm process instead of a fresh one, which is most of an example's time.
+    The code a served command runs is the CLI's, in a process of its own, with the page's
+    environment and directory (tests/test_serve.py); fresh processes are what the rest of
+    the suite and the README's demo in CI run. Yields its socket directory."""
+    sockets = directory / "sockets"
+    sockets.mkdir(mode=0o700)
+    env = environment(directory, api_url, sockets)
+    started = subprocess.run(
+        ["fdptm", "serve", "--detach"],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield sockets
+    finally:
+        subprocess.run(["fdptm", "serve", "--stop"], cwd=directory, env=env, timeout=TIMEOUT)
+
+
 @pytest.fixture(scope="module")
 def page_runs(prefect_harness, tmp_path_factory) -> dict[str, list[Ran]]:
     from concurrent.futures import ThreadPoolExecutor
@@ -297,9 +336,12 @@ def page_runs(prefect_harness, tmp_path_factory) -> dict[str, list[Ran]]:
     # the costliest pages first, so that the workers finish together
     pages = sorted(runnable_pages(), key=lambda page: -cost(page))
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+    with (
+        release_process(tmp_path_factory.mktemp("serve"), api_url) as sockets,
+        ThreadPoolExecutor(max_workers=JOBS) as pool,
+    ):
         futures = {
-            page: pool.submit(run_page, page, tmp_path_factory.mktemp("docs"), api_url)
+            page: pool.submit(run_page, page, tmp_path_factory.mktemp("docs"), api_url, sockets)
             for page in pages
         }
         runs = {page: future.result() for page, future in futures.items()}
