@@ -47,6 +47,33 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session")
+def served_env(prefect_harness, tmp_path_factory):
+    """An environment whose ``fdptm`` commands are handed to a ``fdptm serve`` of this
+    session (one per test process), against the session's Prefect API: for tests that run
+    many CLI commands in child processes, each of which would otherwise pay a fresh
+    process's imports. A served command is the CLI's code in a process of its own, killed
+    and recovered like any (tests/test_serve.py); tests of what a fresh process does keep
+    the default (``FDPTM_SERVE=off``)."""
+    from prefect.settings import PREFECT_API_URL
+
+    sockets = tmp_path_factory.mktemp("serve-sockets")
+    sockets.chmod(0o700)
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=PREFECT_API_URL.value(),
+        FDPTM_SERVE="on",
+        FDPTM_SERVE_DIR=str(sockets),
+    )
+    command = [sys.executable, "-P", "-m", "fdptm.cli", "serve"]
+    started = subprocess.run(
+        [*command, "--detach"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield env
+    subprocess.run([*command, "--stop"], env=env, capture_output=True, timeout=600)
+
+
 @pytest.fixture
 def workspace(tmp_path):
     from fdptm.storage.workspace import Workspace

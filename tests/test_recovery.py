@@ -4,7 +4,10 @@ boundary (``FDPTM_KILL_AT``, see ``fdptm.faults``), then ``fdptm recover`` and
 spent twice, and nothing lost that was stored.
 
 The processes share the session's Prefect API (``PREFECT_API_URL``) so that no process
-waits for a temporary server of its own.
+waits for a temporary server of its own, and ``fdptm()``'s commands are handed to the
+session's ``fdptm serve`` (conftest ``served_env``): each runs in a forked process of its
+own, which ``FDPTM_KILL_AT`` kills as it would a fresh one (its caller then dies of the same
+signal). The live-run test starts its release as a fresh process.
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
+_SERVED: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _served(served_env):
+    _SERVED.update(served_env)
 
 RELEASE = ["--epsilon", "1000", "--delta", "1e-5", "--topics", "2", "--iterations", "5"]
 MECHANISM = ["--mechanism", "hdp-lda", "--seed", "3", "--no-progress"]
 
 
 def fdptm(workspace: Workspace, *args: str, kill_at: str | None = None):
-    """Run ``fdptm`` in a real child process against the session's Prefect API."""
-    from prefect.settings import PREFECT_API_URL
-
-    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
+    """Run ``fdptm`` in a real child process, handed to the session's ``fdptm serve``."""
+    env = dict(_SERVED)
     env.pop("FDPTM_KILL_AT", None)
     if kill_at:
         env["FDPTM_KILL_AT"] = kill_at
