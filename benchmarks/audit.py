@@ -107,10 +107,14 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def _measured(command: list[str], home: Path) -> tuple[float, int, str]:
+def _measured(command: list[str], home: Path, served: dict | None = None) -> tuple[float, int, str]:
     """Wall seconds and peak process-tree RSS of ``command``, run with Prefect home ``home``
-    (its own temporary server and database, apart from this process's); its stdout."""
-    env = {**os.environ, "PREFECT_HOME": str(home)}
+    (its own temporary server and database, apart from this process's); its stdout. With
+    ``served`` (the environment and pid of a ``fdptm serve``) the command is handed to that
+    server, and the peak is of the server's tree (the idle server and its temporary API
+    included: an upper bound of the command's own)."""
+    env = {**os.environ, "PREFECT_HOME": str(home), **(served or {}).get("env", {})}
+    tree = (served or {}).get("pid")
     start = time.perf_counter()
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -119,7 +123,7 @@ def _measured(command: list[str], home: Path) -> tuple[float, int, str]:
 
     def sample():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            peak[0] = max(peak[0], _tree_rss(tree or proc.pid))
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample)
@@ -155,7 +159,36 @@ def performance(workspace) -> list[dict]:
             }
         )
         print(f"audit, {workers} {runner}: {seconds:.1f} s, {peak / 2**20:.0f} MB", flush=True)
+    rows.append(_served_audit(workspace, run_id, fdptm, home))
     return rows
+
+
+def _served_audit(workspace, run_id: str, fdptm: str, home: Path) -> dict:
+    """The same audit (2 workers, threads) handed to a ``fdptm serve`` started before it
+    (docs/how-to/serve.md): the imports and the temporary API are the server's."""
+    sockets = Path(tempfile.mkdtemp(prefix="fdptm-sockets-"))
+    env = {"PREFECT_HOME": str(home), "FDPTM_SERVE": "on", "FDPTM_SERVE_DIR": str(sockets)}
+    serve = [fdptm, "serve"]
+    started = subprocess.run(
+        [*serve, "--detach"], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    if started.returncode != 0:
+        raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
+    pid = int(started.stdout.split("pid ")[1].split()[0])
+    try:
+        command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
+        command += ["--workers", "2", "--workspace", str(workspace.root)]
+        seconds, peak, _ = _measured(command, home, {"env": env, "pid": pid})
+    finally:
+        subprocess.run([*serve, "--stop"], env={**os.environ, **env}, capture_output=True)
+    print(f"audit, 2 threads, served: {seconds:.1f} s, {peak / 2**20:.0f} MB", flush=True)
+    return {
+        "workers": 2,
+        "runner": "threads, served",
+        "seconds": seconds,
+        "peak_rss_mb": peak / 2**20,
+        "run": run_id,
+    }
 
 
 def non_private(workspace) -> list[dict]:

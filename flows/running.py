@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fdptm import handoff
@@ -167,7 +168,11 @@ def prefect_database() -> tuple[str, str]:
     settings = get_current_settings()
     url = settings.server.database.connection_url
     url = url.get_secret_value() if hasattr(url, "get_secret_value") else url
-    return str(settings.home), str(url)
+    home = Path(settings.home).expanduser().resolve()  # a relative PREFECT_HOME: cwd's
+    sqlite = "sqlite+aiosqlite:///"
+    if str(url).startswith(sqlite):
+        url = sqlite + str(Path(str(url)[len(sqlite) :]).expanduser().resolve())
+    return str(home), str(url)
 
 
 class _HeldAPI:
@@ -237,8 +242,12 @@ class TemporaryAPI:
     process exits or dies, even by SIGKILL, so no server outlives its command.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, detached: bool = False) -> None:
+        """``detached`` (for ``fdptm serve``): in a process group of its own, so that a
+        Ctrl-C meant for the caller's terminal does not stop it, and with its output
+        discarded (a held server outlives many commands; nothing of theirs is logged)."""
         read, write = os.pipe()
+        quiet = subprocess.DEVNULL if detached else None
         self._port = os.fdopen(read, "rb", buffering=0)
         try:
             self._process: subprocess.Popen | None = subprocess.Popen(
@@ -254,6 +263,9 @@ class TemporaryAPI:
                 ],
                 env={**os.environ, **_SERVER_ENV},
                 pass_fds=(write,),
+                stdout=quiet,
+                stderr=quiet,
+                process_group=0 if detached else None,
             )
         finally:
             os.close(write)

@@ -46,6 +46,12 @@ TIMEOUT = 600
 MAX_NOT_RUN = 12
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,})(?P<info>[^`]*)$")
 COMMENT = re.compile(r"<!--\s*(?P<key>[a-z-]+):(?P<value>.*?)-->", re.S)
+# A page that starts its own `fdptm serve` (docs/how-to/serve.md) gets a socket directory of
+# its own, apart from the one the other pages' commands are handed to (``release_process``).
+OWN_SERVER = "fdptm serve --detach"
+# FDPTM_DOCS_SERVE=0: every example in a fresh process, as a reader runs it (slower: about
+# 330 s of examples instead of 100 s here), to check that nothing differs when served.
+SERVED = os.environ.get("FDPTM_DOCS_SERVE", "1") != "0"
 # Pages run side by side (their blocks in order, each page in its own directory): most of an
 # example's time is a fresh process importing the stack, which a second core halves.
 JOBS = int(os.environ.get("FDPTM_DOCS_JOBS", "2"))
@@ -265,22 +271,29 @@ def run_page(
     page: str, directory: Path, api_url: str | None, sockets: Path | None = None
 ) -> list[Ran]:
     """Run a page's examples in order; stop at the first that fails (later ones use it)."""
-    if sockets is not None and "fdptm serve" in (ROOT / page).read_text(encoding="utf-8"):
+    own = sockets is not None and OWN_SERVER in (ROOT / page).read_text(encoding="utf-8")
+    if own:
         sockets = directory / "own-sockets"  # the page starts and stops its own server
         sockets.mkdir(mode=0o700)
     env = environment(directory, api_url, sockets)
     ran: list[Ran] = []
-    for block in parse(ROOT / page):
-        if block.lang not in RUN or block.not_run is not None:
-            continue
-        try:
-            ran.append(Ran(block, *run_block(block, directory, env)))
-        except subprocess.TimeoutExpired as exc:
-            ran.append(Ran(block, -1, f"timed out after {exc.timeout} s", exc.timeout))
-        try:
-            check(block, ran[-1].code, ran[-1].output)
-        except AssertionError:
-            break
+    try:
+        for block in parse(ROOT / page):
+            if block.lang not in RUN or block.not_run is not None:
+                continue
+            try:
+                ran.append(Ran(block, *run_block(block, directory, env)))
+            except subprocess.TimeoutExpired as exc:
+                ran.append(Ran(block, -1, f"timed out after {exc.timeout} s", exc.timeout))
+            try:
+                check(block, ran[-1].code, ran[-1].output)
+            except AssertionError:
+                break
+    finally:
+        if own:  # a page that failed before its own `fdptm serve --stop` leaves none behind
+            subprocess.run(
+                ["fdptm", "serve", "--stop"], cwd=directory, env=env, capture_output=True
+            )
     return ran
 
 
@@ -322,7 +335,15 @@ def release_process(directory: Path, api_url: str | None) -> Iterator[Path]:
     try:
         yield sockets
     finally:
-        subprocess.run(["fdptm", "serve", "--stop"], cwd=directory, env=env, timeout=TIMEOUT)
+        stopped = subprocess.run(
+            ["fdptm", "serve", "--stop"], cwd=directory, env=env, capture_output=True
+        )
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+@contextmanager
+def _no_release_process(directory: Path, api_url: str | None) -> Iterator[None]:
+    yield None
 
 
 @pytest.fixture(scope="module")
@@ -336,8 +357,9 @@ def page_runs(prefect_harness, tmp_path_factory) -> dict[str, list[Ran]]:
     # the costliest pages first, so that the workers finish together
     pages = sorted(runnable_pages(), key=lambda page: -cost(page))
     start = time.monotonic()
+    serving = release_process if SERVED else _no_release_process
     with (
-        release_process(tmp_path_factory.mktemp("serve"), api_url) as sockets,
+        serving(tmp_path_factory.mktemp("serve"), api_url) as sockets,
         ThreadPoolExecutor(max_workers=JOBS) as pool,
     ):
         futures = {

@@ -30,13 +30,15 @@ _SERVED: dict[str, str] = {}
 def _served(served_env):
     _SERVED.update(served_env)
 
+
 RELEASE = ["--epsilon", "1000", "--delta", "1e-5", "--topics", "2", "--iterations", "5"]
 MECHANISM = ["--mechanism", "hdp-lda", "--seed", "3", "--no-progress"]
 
 
-def fdptm(workspace: Workspace, *args: str, kill_at: str | None = None):
-    """Run ``fdptm`` in a real child process, handed to the session's ``fdptm serve``."""
-    env = dict(_SERVED)
+def fdptm(workspace: Workspace, *args: str, kill_at: str | None = None, served: bool = True):
+    """Run ``fdptm`` in a real child process, handed to the session's ``fdptm serve``
+    (``served``) or not."""
+    env = dict(_SERVED) if served else dict(_SERVED, FDPTM_SERVE="off")
     env.pop("FDPTM_KILL_AT", None)
     if kill_at:
         env["FDPTM_KILL_AT"] = kill_at
@@ -60,9 +62,18 @@ def run_status(workspace: Workspace, run_id: str) -> str:
     return rows[0]["status"]
 
 
-def killed_run(workspace: Workspace, point: str) -> str:
+def killed_run(workspace: Workspace, point: str, served: bool = True) -> str:
     """Start a release that dies by SIGKILL at ``point``; its run id."""
-    out = fdptm(workspace, "release", "--dataset", "small", *RELEASE, *MECHANISM, kill_at=point)
+    out = fdptm(
+        workspace,
+        "release",
+        "--dataset",
+        "small",
+        *RELEASE,
+        *MECHANISM,
+        kill_at=point,
+        served=served,
+    )
     assert out.returncode == -signal.SIGKILL, (out.returncode, out.stderr[-2000:])
     (row,) = Catalog(workspace).query("SELECT run_id FROM runs WHERE kind = 'release'")
     return row["run_id"]
@@ -109,9 +120,10 @@ def test_kill_after_the_first_read_spends_and_resume_finishes_without_spending_a
 
 
 def test_kill_right_after_the_reservation_refunds_everything(small):
-    run_id = killed_run(small, "after-reserve")
+    """A fresh process (not served) killed, and recovered by a fresh one."""
+    run_id = killed_run(small, "after-reserve", served=False)
     assert {e["state"] for e in ledger(small)} == {"reserved"}
-    out = fdptm(small, "budget", "--dataset", "small")  # any command recovers first
+    out = fdptm(small, "budget", "--dataset", "small", served=False)  # any command recovers
     assert out.returncode == 0, out.stderr
     assert f"run {run_id}" in out.stderr and "2 reservation(s) refunded" in out.stderr
     assert {e["state"] for e in ledger(small)} == {"refunded"}

@@ -35,7 +35,9 @@ import json
 import logging
 import os
 import pickle
+import resource
 import signal
+import site
 import socket
 import stat
 import struct
@@ -49,7 +51,7 @@ SERVE_VAR = "FDPTM_SERVE"
 SOCKET_DIR_VAR = "FDPTM_SERVE_DIR"
 PACKAGES = ("fdptm",)
 _HEADER = struct.Struct("!I")
-_CREDENTIALS = struct.Struct("3i")
+_CREDENTIALS = struct.Struct("iII")  # struct ucred: pid_t, uid_t, gid_t
 LOCAL = object()
 """``call``'s answer when no release process serves this environment: run it here."""
 SERVED: set[str] = set()
@@ -63,7 +65,8 @@ def served(function):
 
 
 class HandoffError(RuntimeError):
-    """The served child ended without reporting its exit status (it was killed)."""
+    """The served child ended without reporting its outcome (killed), or its outcome could
+    not be read here."""
 
 
 def enabled() -> bool:
@@ -81,23 +84,34 @@ def socket_dir(create: bool = False) -> Path | None:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if configured:
         path = Path(configured)
-    elif runtime and os.path.isdir(runtime):
+    elif runtime and _private(Path(runtime)):  # not another user's (after su or sudo -u)
         path = Path(runtime) / "fdptm"
     else:
         path = Path("/tmp") / f"fdptm-{os.getuid()}"
-    if create:
-        with contextlib.suppress(FileExistsError):
-            path.mkdir(mode=0o700, parents=True)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=0o700, parents=True)
+        return path if _private(path) else None
+    except OSError:
+        return None
+
+
+def _private(path: Path) -> bool:
+    """A directory (not a symlink) this user owns, mode 0700."""
     try:
         info = path.lstat()
-    except FileNotFoundError:
-        return None
-    private = stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
-    return path if private and info.st_uid == os.getuid() else None
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and stat.S_IMODE(info.st_mode) == 0o700
+        and info.st_uid == os.getuid()
+    )
 
 
 def code_fingerprint() -> list:
-    """The installed code as a server must match it: every ``.py`` file of fdptm's packages
+    """The installed code as a server must match it: every file of fdptm's packages
     (path, size, modification time) and the modification times of the interpreter's
     site-packages directories (a package installed, upgraded or removed there changes its
     directory). Not ``sys.path`` as such: its first entry is the caller's working directory
@@ -106,13 +120,12 @@ def code_fingerprint() -> list:
     for root in _package_dirs():
         for directory, subdirs, names in os.walk(root):
             subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    info = os.stat(os.path.join(directory, name))
-                    files.append((directory, name, info.st_size, info.st_mtime_ns))
+            for name in sorted(names):  # modules, and the resources and templates beside them
+                info = os.stat(os.path.join(directory, name))
+                files.append((directory, name, info.st_size, info.st_mtime_ns))
     paths = sysconfig.get_paths()
     sites = []
-    for entry in sorted({paths["purelib"], paths["platlib"]}):
+    for entry in sorted({paths["purelib"], paths["platlib"], site.getusersitepackages()}):
         with contextlib.suppress(OSError):
             sites.append((entry, os.stat(entry).st_mtime_ns))
     return [files, sites]
@@ -130,14 +143,67 @@ def _package_dirs() -> list[str]:
     return sorted(set(roots))
 
 
+KEYED_VARIABLES = (
+    "PYTHON",
+    "NUMBA_",
+    "OMP_",
+    "OPENBLAS_",
+    "MKL_",
+    "ARROW_",
+    "MPL",
+    "FSSPEC_",
+    "LANG",
+    "LC_",
+)
+"""Environment read at import time (interpreter, numba, thread pools, locale): a caller whose
+values differ from the server's runs its commands itself."""
+_FLAGS = (
+    "optimize",
+    "dev_mode",
+    "utf8_mode",
+    "isolated",
+    "ignore_environment",
+    "no_user_site",
+    "bytes_warning",
+    "hash_randomization",
+)
+"""The interpreter flags that change what code does (``-P``, which only keeps the working
+directory off ``sys.path``, is not among them: the server runs with it)."""
+_LIMITS = ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+
+
 def key() -> str:
-    """What a server and a caller must share: interpreter, code, import-time environment."""
+    """What a server and a caller must share: interpreter and its flags, code, the
+    environment read at import time, and the process's constraints (CPU affinity, cgroup,
+    groups, nice value, resource limits), which a forked child inherits from the server
+    rather than from the caller."""
     environment = sorted(
         (name, value)
         for name, value in os.environ.items()
-        if name.startswith(("PYTHON", "NUMBA_")) and name != "PYTHONSTARTUP"
+        if name.startswith(KEYED_VARIABLES) and name != "PYTHONSTARTUP"
     )
-    identity = [os.path.realpath(sys.executable), sys.prefix, code_fingerprint(), environment]
+    try:
+        cgroup = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        cgroup = ""
+    constraints = [
+        sorted(os.sched_getaffinity(0)),
+        cgroup,
+        os.getgid(),
+        sorted(os.getgroups()),
+        os.getpriority(os.PRIO_PROCESS, 0),
+        [resource.getrlimit(getattr(resource, name)) for name in _LIMITS],
+    ]
+    identity = [
+        os.path.realpath(sys.executable),
+        sys.prefix,
+        [getattr(sys.flags, flag) for flag in _FLAGS],
+        sys.warnoptions,
+        sorted(map(str, sys._xoptions.items())),
+        code_fingerprint(),
+        environment,
+        constraints,
+    ]
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:20]
 
 
@@ -198,7 +264,7 @@ def peer_uid(sock: socket.socket) -> int:
 def connect() -> socket.socket | None:
     """A connection to this environment's server, or None when none is running (or it is
     not ours); never raises."""
-    if not enabled():
+    if not enabled() or not hasattr(socket, "SO_PEERCRED"):
         return None
     try:
         path = socket_path()
@@ -219,45 +285,58 @@ def connect() -> socket.socket | None:
 
 
 def run_command(argv: list[str]) -> int | None:
-    """Run ``fdptm ARGV`` in the server's warm child: its exit status, or None when no
-    server runs (the caller then runs the command itself)."""
-    sock = connect()
-    if sock is None:
+    """Run ``fdptm ARGV`` in the server's warm child: its exit status, or None when it was
+    not run there (no server; arguments naming this process's file descriptors, which the
+    child does not have; a server that closed before starting it): then the caller runs
+    the command itself."""
+    if any(_names_descriptor(arg) for arg in argv):
         return None
-    with sock:
-        outcome = _request(sock, {"kind": "cli", "argv": list(argv)})
-    return outcome
+    outcome = _request({"kind": "cli", "argv": list(argv)})
+    return None if outcome is _NOT_STARTED else outcome
 
 
 def call(target: str, *args: Any, **kwargs: Any) -> Any:
     """``module:function(*args, **kwargs)`` in the server's warm child, for the Python API
     (the server refuses targets not marked ``served``): its result, its exception raised
-    here, or ``LOCAL`` when no server runs. The child's log records reach this process's
-    loggers (Python's ``logging``: the application's handlers decide), its warnings and
-    prints this process's stderr and stdout."""
-    sock = connect()
-    if sock is None:
+    here, or ``LOCAL`` when it was not run there (no server; a caller that imported
+    Prefect, whose in-process settings and run context a served child would not see; a
+    server that closed before starting it). The child's log records that reach its root
+    logger (Prefect's logging configuration decides which, as in this process) are handled
+    by this process's loggers; its warnings and prints go to this process's stderr and
+    stdout."""
+    if "prefect" in sys.modules:
         return LOCAL
-    request = {
-        "kind": "call",
-        "target": target,
-        "args": args,
-        "kwargs": kwargs,
-        "log_level": logging.getLogger().getEffectiveLevel(),
-    }
-    with sock:
-        outcome = _request(sock, request)
+    outcome = _request({"kind": "call", "target": target, "args": args, "kwargs": kwargs})
+    if outcome is _NOT_STARTED:
+        return LOCAL
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
 
 
-def _request(sock: socket.socket, request: dict) -> Any:
+_NOT_STARTED = object()
+_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _names_descriptor(arg: str) -> bool:
+    return "/dev/fd/" in arg or "/proc/self/fd/" in arg
+
+
+def _request(request: dict) -> Any:
     """Send the request with this process's context; relay signals to the child while it
-    runs; the child's exit status (``cli``) or result (``call``)."""
-    request.update(cwd=os.getcwd(), env=dict(os.environ), umask=_umask())
+    runs; the child's exit status (``cli``) or result (``call``), or ``_NOT_STARTED``.
+
+    The signal handlers are in place before the connection is made (a Ctrl-C before the
+    child is known is passed on once it is); signals this process ignores (``nohup``, a
+    background job) are not relayed and stay ignored in the child."""
+    try:
+        request.update(cwd=os.getcwd(), env=dict(os.environ), umask=_umask())
+    except OSError:  # a deleted working directory: let the command say so itself
+        return _NOT_STARTED
     fds = [fd for fd in (0, 1, 2) if _is_open(fd)]  # a closed one is /dev/null there
     request["fds"] = fds
+    ignored = [s for s in _RELAYED if signal.getsignal(s) is signal.SIG_IGN]
+    request["ignored"] = [int(s) for s in ignored]
     relayed: list[int] = []
     child: list[int] = []
     killed: list[int] = []
@@ -268,43 +347,63 @@ def _request(sock: socket.socket, request: dict) -> Any:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child[0], signum)
 
-    before = {}
+    before: dict = {}
     if threading.current_thread() is threading.main_thread():
-        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-        before = {s: signal.signal(s, relay) for s in signals}
+        before = {s: signal.signal(s, relay) for s in _RELAYED if s not in ignored}
     try:
-        _flush()
-        send(sock, request, fds)
-        while True:
+        sock = connect()
+        if sock is None:
+            return _NOT_STARTED
+        with sock:
             try:
-                message, _ = receive(sock)
-            except EOFError:
-                break
-            if "pid" in message:
-                child.append(message["pid"])
-                for signum in relayed:  # what arrived before the child was known
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(child[0], signum)
-            elif "log" in message:
-                record = logging.makeLogRecord(message["log"])
-                logging.getLogger(record.name).handle(record)
-            elif "killed" in message:  # from the server, once the child is reaped
-                killed.append(message["killed"])
-            elif "done" in message:
-                _drain(sock)  # the child's exit: its atexit work (Prefect's log flush) done
-                return message["done"]
+                _flush()
+                send(sock, request, fds)
+            except OSError:
+                return _NOT_STARTED
+            outcome = _follow(sock, request, child, relayed, killed)
     finally:
         for signum, handler in before.items():
-            signal.signal(signum, handler)
-    for signum in killed or relayed[-1:]:  # the child died of a signal: so do we
+            if handler is not None:  # None: a handler installed outside Python
+                signal.signal(signum, handler)
+    if outcome is not _NOT_STARTED or not child:
+        return outcome
+    death = (killed or relayed[-1:] or [None])[0]
+    if death is not None and request["kind"] == "cli":  # as the child died, so do we
         with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
-            signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-    pid = child[0] if child else "not started"
+            signal.signal(death, signal.SIG_DFL)
+        os.kill(os.getpid(), death)
+    how = f"by signal {death}" if death is not None else "without an exit status"
     raise HandoffError(
-        f"the release process's child (pid {pid}) ended without an exit status: it "
-        "was killed; `fdptm recover` resumes or releases what it had reserved"
+        f"the release process's child (pid {child[0]}) ended {how}; `fdptm recover` "
+        "resumes or releases what it had reserved"
     )
+
+
+def _follow(sock: socket.socket, request: dict, child: list, relayed: list, killed: list):
+    """Read the child's messages until its end; ``_NOT_STARTED`` when the connection ends
+    before the child reported its pid (nothing of the command ran)."""
+    while True:
+        try:
+            message, _ = receive(sock)
+        except (EOFError, OSError):
+            return _NOT_STARTED
+        except Exception as exc:  # a result or exception that does not unpickle here
+            return HandoffError(f"the served call's outcome could not be read here: {exc}")
+        if "pid" in message:
+            child.append(message["pid"])
+            for signum in relayed:  # what arrived before the child was known
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child[0], signum)
+        elif "log" in message:
+            record = logging.makeLogRecord(message["log"])
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+        elif "killed" in message:  # from the server, once the child is reaped
+            killed.append(message["killed"])
+        elif "done" in message:
+            _drain(sock)  # the child's exit: its atexit work (Prefect's log flush) done
+            return message["done"]
 
 
 def _drain(sock: socket.socket) -> None:

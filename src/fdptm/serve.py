@@ -19,7 +19,13 @@ loaded but never run here, so no threading layer is started before a fork.
 
 Privacy: a served command runs the same code with the same inputs; nothing about a request
 is kept in this process (the children hold it and exit). The server logs only its own
-start, stop and the count of commands; never arguments, paths or data.
+start, stop and the count of commands; never arguments, paths or data. The temporary API
+server it holds stores flow runs in Prefect's database as a command's own would, and its
+output is discarded.
+
+Fork safety: the server forks with the native threads its libraries start at import
+(OpenBLAS's pool, pyarrow's jemalloc background thread), which register fork handlers; no
+Python thread runs, and numba's threading layer is not started (``_load_kernels``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -115,8 +122,13 @@ class Server:
 
         if os.environ.get("PREFECT_API_URL") or not running._ephemeral_wanted():
             return
-        api = running.TemporaryAPI()
-        url = api.url()
+        api = running.TemporaryAPI(detached=True)
+        try:
+            url = api.url()
+        except RuntimeError as exc:  # commands then start their own, as fresh processes do
+            _say(f"Prefect's temporary API server did not start ({exc}); commands start their own")
+            self._api = None
+            return
         self._api = (api, url, running.prefect_database()) if url else None
 
     def listen(self) -> None:
@@ -178,7 +190,12 @@ class Server:
         if handoff.peer_uid(conn) != os.getuid():
             conn.close()
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # the caller's connection closes: it runs the command itself
+            _say(f"cannot fork ({exc.strerror}): a command ran in its own process")
+            conn.close()
+            return
         if pid == 0:
             code = 1
             try:
@@ -189,6 +206,7 @@ class Server:
         # reported to its caller, which then dies of the same signal (``_reap``)
         self._children[pid] = conn
         self.served += 1
+        os.pwrite(self._lock, f"{os.getpid()} {self.served}\n".encode(), 0)
 
     def _reap(self, block: bool = False) -> None:
         """Reap the children that ended (all of them with ``block``); tell the caller of
@@ -231,7 +249,6 @@ class Server:
         # a Ctrl-C the caller passes on waits until the command runs (``_interruptible``):
         # raised anywhere else, it would end this child without telling the caller
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)
         # the connection stays open until this process ends (a duplicate nobody closes):
@@ -241,21 +258,38 @@ class Server:
         request, fds = handoff.receive(conn, fds=3)
         conn.settimeout(None)
         outbox = _Outbox(conn)
+        for signum in request["ignored"]:  # nohup, a background job: ignored as there
+            signal.signal(signum, signal.SIG_IGN)
+        if signal.SIGINT not in request["ignored"]:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             _adopt(request, fds)
         except OSError as exc:
-            print(f"fdptm: cannot take the caller's context ({exc})", file=sys.stderr)
+            print(f"fdptm: error: cannot take the caller's context ({exc})", file=sys.stderr)
             outbox.send({"done": 2})
             return 2
         outbox.send({"pid": os.getpid()})  # from here on, the caller's signals reach us
         threading.Thread(target=_die_with_caller, args=(conn,), daemon=True).start()
-        if request["kind"] == "cli":
-            code = _run_cli(request["argv"], self._api)
-            outbox.send({"done": code})
-            return code
-        result = _run_call(request, self._api, outbox)
-        outbox.send({"done": result})
-        return 0
+        try:
+            if request["kind"] == "cli":
+                code = _run_cli(request["argv"], self._api)
+                outbox.send({"done": code})
+                return code
+            outbox.send({"done": _portable(_run_call(request, self._api, outbox))})
+            return 0
+        except BaseException:  # ours, not the command's: the caller's stderr says what
+            traceback.print_exc()
+            return 1
+
+
+def _portable(value: Any) -> Any:
+    """``value`` if it survives pickling (the caller unpickles it), else a RuntimeError
+    that names it."""
+    try:
+        handoff.pickle.loads(handoff.pickle.dumps(value))
+    except Exception:
+        return RuntimeError(f"{type(value).__name__}: {value}")
+    return value
 
 
 def _modules() -> list[str]:
@@ -273,7 +307,7 @@ def _take_lock(path: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        holder = (os.read(fd, 64).decode(errors="replace").split() or ["unknown"])[0]
         os.close(fd)
         raise BadInputError(
             f"a release process already serves this environment (pid {holder}); "
@@ -284,22 +318,23 @@ def _take_lock(path: Path) -> int:
     return fd
 
 
-def holder() -> int | None:
-    """The pid of the server for this environment, or None when none runs."""
+def holder() -> tuple[int, int] | None:
+    """The pid of the server for this environment and how many commands it has run, or
+    None when none runs."""
     path = handoff.socket_path()
     if path is None:
         return None
-    lock = path.with_suffix(".lock")
     try:
-        fd = os.open(lock, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path.with_suffix(".lock"), os.O_RDONLY)
+    except OSError:
         return None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = os.read(fd, 32).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else None
+            fields = os.read(fd, 64).decode(errors="replace").split()
+            numbers = [int(f) for f in fields if f.isdigit()]
+            return (numbers[0], numbers[1] if len(numbers) > 1 else 0) if numbers else None
         return None  # nobody holds it
     finally:
         os.close(fd)
@@ -390,8 +425,22 @@ def _adopt(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     os.environ[handoff.SERVE_VAR] = "off"  # a child never hands off again
     time.tzset()
+    tempfile.tempdir = None  # $TMPDIR is the caller's (temporary files of its data)
+    _reload_fsspec()
     os.chdir(request["cwd"])
     os.umask(request["umask"])
+
+
+def _reload_fsspec() -> None:
+    """fsspec's configuration (read at import from ``$FSSPEC_*`` and the config directory
+    under ``$HOME``), read again from the caller's environment."""
+    config = sys.modules.get("fsspec.config")
+    if config is None:
+        return
+    config.conf.clear()
+    directory = os.environ.get("FSSPEC_CONFIG_DIR", os.path.expanduser("~/.config/fsspec"))
+    config.set_conf_files(directory, config.conf)
+    config.set_conf_env(config.conf)
 
 
 def _refresh_prefect() -> None:
@@ -401,6 +450,7 @@ def _refresh_prefect() -> None:
 
     refresh_global_settings_context()
     configuration.PROCESS_LOGGING_CONFIG.clear()
+    configuration.setup_logging()  # now, from those settings: not later, from a task thread
 
 
 def _use_held_api(api) -> None:
@@ -423,6 +473,8 @@ def _interruptible():
 
 
 def _run_cli(argv: list[str], api) -> int:
+    """``fdptm ARGV`` as the ``fdptm`` script runs it; its exit status, as ``sys.exit``
+    makes one (None is 0; anything else not an int is printed and is 1)."""
     from fdptm import cli
 
     sys.argv = ["fdptm", *argv]
@@ -431,18 +483,19 @@ def _run_cli(argv: list[str], api) -> int:
     _use_held_api(api)
     try:
         with _interruptible():
-            return cli.main(argv)
+            code = cli.main(argv)
     except KeyboardInterrupt:  # before the command's own handler was reached
-        print("fdptm: interrupted", file=sys.stderr)
+        cli._error("interrupted")
         return 130
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
+        code = exc.code
     except BaseException:
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())
         return 1
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _run_call(request: dict, api, outbox: _Outbox) -> Any:
@@ -452,9 +505,7 @@ def _run_call(request: dict, api, outbox: _Outbox) -> Any:
     running.environment_defaults()
     _refresh_prefect()
     _use_held_api(api)
-    root = logging.getLogger()
-    root.setLevel(request["log_level"])
-    root.addHandler(_Forward(outbox))
+    logging.getLogger().addHandler(_Forward(outbox))  # after Prefect's configuration
     try:
         if request["target"] not in handoff.SERVED:
             raise BadInputError(f"{request['target']} is not served by fdptm serve")
@@ -465,10 +516,6 @@ def _run_call(request: dict, api, outbox: _Outbox) -> Any:
         with _interruptible():
             return function(*request["args"], **request["kwargs"])
     except BaseException as exc:  # raised in the caller, as if the call had run there
-        try:
-            handoff.pickle.dumps(exc)
-        except Exception:
-            return RuntimeError(f"{type(exc).__name__}: {exc}")
         return exc
 
 
@@ -483,15 +530,18 @@ def _die_with_caller(conn: socket.socket) -> None:
 def _exit_child(code: int) -> None:
     """End as a process does at the Python level (non-daemon threads joined, then the
     ``atexit`` work, Prefect's log and event flush among it), then ``os._exit``: the C++
-    destructors of threads the server's libraries hold would abort in a forked copy."""
+    destructors of threads the server's libraries hold would abort in a forked copy. A
+    Ctrl-C passed on now ends the exit work at once (the default action of SIGINT)."""
     try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         threading._shutdown()
         atexit._run_exitfuncs()
-    finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        os._exit(code)
+    finally:
+        os._exit(code if isinstance(code, int) else 1)
 
 
 def _say(message: str) -> None:
@@ -501,19 +551,22 @@ def _say(message: str) -> None:
 def run(stop: bool = False, status: bool = False, detach: bool = False) -> int:
     """The ``fdptm serve`` command: serve until stopped (in the background with
     ``detach``, once ready), or stop or report the server."""
-    pid = holder()
+    if handoff.socket_dir(create=True) is None:
+        Server()  # raises the socket directory's error
+    running = holder()
     if status or stop:
-        if pid is None:
+        if running is None:
             print("no release process serves this environment")
             return 0 if stop else 1
+        pid, served = running
         if stop:
             os.kill(pid, signal.SIGTERM)
             print(f"stopping the release process (pid {pid})")
             return 0
-        print(f"a release process serves this environment: pid {pid}")
+        print(f"a release process serves this environment: pid {pid}, {served} command(s) run")
         return 0
     if detach:
-        return _detach()
+        return _detach(running)
     server = Server()
     seconds = server.warm()
     server.listen()
@@ -522,12 +575,18 @@ def run(stop: bool = False, status: bool = False, detach: bool = False) -> int:
     return 0
 
 
-def _detach() -> int:
+DETACH_TIMEOUT = 600.0
+"""Seconds ``--detach`` waits for the server to accept commands (a failure guard: it is
+ready in about 20 s here)."""
+
+
+def _detach(running: tuple[int, int] | None) -> int:
     """Start ``fdptm serve`` in its own session, its output in a log beside its socket,
-    and return once it answers (or say why it did not)."""
+    and return once it answers (or say why it did not); one already running is enough."""
     path = handoff.socket_path(create=True)
-    if path is None:
-        Server()  # raises the socket directory's error
+    if running is not None:
+        print(f"a release process serves this environment: pid {running[0]}")
+        return 0
     log = path.with_suffix(".log")
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -537,11 +596,18 @@ def _detach() -> int:
             stderr=out,
             start_new_session=True,
         )
+    deadline = time.monotonic() + DETACH_TIMEOUT
     while True:
         code = process.poll()
         if code is not None:
             raise BadInputError(f"fdptm serve exited ({code}) before it was ready; see {log}")
-        if holder() == process.pid and path.exists():  # bound and listening
+        owner = holder()
+        if owner is not None and owner[0] == process.pid and path.exists():
             print(f"a release process serves this environment: pid {process.pid} (log: {log})")
             return 0
+        if time.monotonic() > deadline:
+            process.terminate()
+            raise BadInputError(
+                f"fdptm serve was not ready after {DETACH_TIMEOUT:.0f} s and was stopped; see {log}"
+            )
         time.sleep(0.1)
