@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fdptm import cli_catalog, cli_local, cli_verify
+from fdptm import cli_catalog, cli_local, cli_serve, cli_verify
 from fdptm.errors import BadInputError, FdptmError
 from fdptm.flows import running
 from fdptm.flows.running import STARTUP_TIMEOUT
@@ -294,17 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     rels.add_argument("--json", action="store_true")
     workspace(rels)
 
-    serve = sub.add_parser(
-        "serve",
-        help="keep a warm release process that this environment's fdptm commands and "
-        "Python API calls are handed to (until Ctrl-C or SIGTERM)",
-    )
-    what = serve.add_mutually_exclusive_group()
-    what.add_argument("--status", action="store_true", help="say whether one is running")
-    what.add_argument("--stop", action="store_true", help="stop the running one")
-    what.add_argument(
-        "--detach", action="store_true", help="run it in the background; return once it is ready"
-    )
+    cli_serve.add_parser(sub)
     budget = sub.add_parser("budget", help="show (and set) a dataset's privacy budget")
     budget.add_argument("--dataset", required=True)
     budget.add_argument(
@@ -416,7 +406,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             "local": cli_local.cmd_local,
             "verify": cli_verify.cmd_verify,
             "catalog": cli_catalog.cmd_catalog,
-            "serve": cmd_serve,
+            "serve": cli_serve.cmd_serve,
         }[args.command](args)
     except FdptmError as exc:
         _error(str(exc))
@@ -1119,12 +1109,6 @@ def _manifest(release: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from fdptm import serve
-
-    return serve.run(stop=args.stop, status=args.status, detach=args.detach)
 
 
 def cmd_budget(args: argparse.Namespace) -> int:

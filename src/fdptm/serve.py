@@ -265,7 +265,9 @@ class Server:
         try:
             _adopt(request, fds)
         except OSError as exc:
-            print(f"fdptm: error: cannot take the caller's context ({exc})", file=sys.stderr)
+            from fdptm.cli import _error
+
+            _error(f"cannot take the caller's context ({exc})")
             outbox.send({"done": 2})
             return 2
         outbox.send({"pid": os.getpid()})  # from here on, the caller's signals reach us
@@ -494,7 +496,7 @@ def _run_cli(argv: list[str], api) -> int:
         return 1
     if code is None or isinstance(code, int):
         return code or 0
-    print(code, file=sys.stderr)
+    sys.stderr.write(f"{code}\n")  # what the interpreter writes for SystemExit("...")
     return 1
 
 
@@ -544,35 +546,28 @@ def _exit_child(code: int) -> None:
         os._exit(code if isinstance(code, int) else 1)
 
 
+LOG = logging.getLogger("fdptm.serve")
+"""The server's own account (start, stop, the count of commands; never a request's
+content): ``fdptm serve`` shows it on stderr (``fdptm.cli_serve``)."""
+
+
 def _say(message: str) -> None:
-    print(f"fdptm serve: {message}", file=sys.stderr, flush=True)
+    LOG.warning(message)
 
 
-def run(stop: bool = False, status: bool = False, detach: bool = False) -> int:
-    """The ``fdptm serve`` command: serve until stopped (in the background with
-    ``detach``, once ready), or stop or report the server."""
+def check_directory() -> None:
+    """Refuse (BadInputError) when this user has no private socket directory."""
     if handoff.socket_dir(create=True) is None:
         Server()  # raises the socket directory's error
-    running = holder()
-    if status or stop:
-        if running is None:
-            print("no release process serves this environment")
-            return 0 if stop else 1
-        pid, served = running
-        if stop:
-            os.kill(pid, signal.SIGTERM)
-            print(f"stopping the release process (pid {pid})")
-            return 0
-        print(f"a release process serves this environment: pid {pid}, {served} command(s) run")
-        return 0
-    if detach:
-        return _detach(running)
+
+
+def serve_forever() -> None:
+    """Warm up, listen and serve until stopped (``fdptm serve``)."""
     server = Server()
     seconds = server.warm()
     server.listen()
     _say(f"ready in {seconds:.1f} s (pid {os.getpid()}): this environment's commands run here")
     server.loop()
-    return 0
 
 
 DETACH_TIMEOUT = 600.0
@@ -580,13 +575,10 @@ DETACH_TIMEOUT = 600.0
 ready in about 20 s here)."""
 
 
-def _detach(running: tuple[int, int] | None) -> int:
-    """Start ``fdptm serve`` in its own session, its output in a log beside its socket,
-    and return once it answers (or say why it did not); one already running is enough."""
+def detach() -> tuple[int, Path]:
+    """Start ``fdptm serve`` in its own session, its output in a log beside its socket;
+    return its pid and log once it accepts commands, or raise saying why it did not."""
     path = handoff.socket_path(create=True)
-    if running is not None:
-        print(f"a release process serves this environment: pid {running[0]}")
-        return 0
     log = path.with_suffix(".log")
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -603,8 +595,7 @@ def _detach(running: tuple[int, int] | None) -> int:
             raise BadInputError(f"fdptm serve exited ({code}) before it was ready; see {log}")
         owner = holder()
         if owner is not None and owner[0] == process.pid and path.exists():
-            print(f"a release process serves this environment: pid {process.pid} (log: {log})")
-            return 0
+            return process.pid, log
         if time.monotonic() > deadline:
             process.terminate()
             raise BadInputError(
