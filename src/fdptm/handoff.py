@@ -53,7 +53,8 @@ PACKAGES = ("fdptm",)
 _HEADER = struct.Struct("!I")
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid_t, uid_t, gid_t
 LOCAL = object()
-"""``call``'s answer when no release process serves this environment: run it here."""
+"""The answer when the command did not run in a served child (no server, or none started
+it): run it here."""
 SERVED: set[str] = set()
 """The functions ``call`` may name (``served``); the server runs nothing else."""
 
@@ -292,7 +293,7 @@ def run_command(argv: list[str]) -> int | None:
     if any(_names_descriptor(arg) for arg in argv):
         return None
     outcome = _request({"kind": "cli", "argv": list(argv)})
-    return None if outcome is _NOT_STARTED else outcome
+    return None if outcome is LOCAL else outcome
 
 
 def call(target: str, *args: Any, **kwargs: Any) -> Any:
@@ -307,14 +308,11 @@ def call(target: str, *args: Any, **kwargs: Any) -> Any:
     if "prefect" in sys.modules:
         return LOCAL
     outcome = _request({"kind": "call", "target": target, "args": args, "kwargs": kwargs})
-    if outcome is _NOT_STARTED:
-        return LOCAL
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
 
 
-_NOT_STARTED = object()
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -324,7 +322,7 @@ def _names_descriptor(arg: str) -> bool:
 
 def _request(request: dict) -> Any:
     """Send the request with this process's context; relay signals to the child while it
-    runs; the child's exit status (``cli``) or result (``call``), or ``_NOT_STARTED``.
+    runs; the child's exit status (``cli``) or result (``call``), or ``LOCAL``.
 
     The signal handlers are in place before the connection is made (a Ctrl-C before the
     child is known is passed on once it is); signals this process ignores (``nohup``, a
@@ -332,7 +330,7 @@ def _request(request: dict) -> Any:
     try:
         request.update(cwd=os.getcwd(), env=dict(os.environ), umask=_umask())
     except OSError:  # a deleted working directory: let the command say so itself
-        return _NOT_STARTED
+        return LOCAL
     fds = [fd for fd in (0, 1, 2) if _is_open(fd)]  # a closed one is /dev/null there
     request["fds"] = fds
     ignored = [s for s in _RELAYED if signal.getsignal(s) is signal.SIG_IGN]
@@ -353,19 +351,19 @@ def _request(request: dict) -> Any:
     try:
         sock = connect()
         if sock is None:
-            return _NOT_STARTED
+            return LOCAL
         with sock:
             try:
                 _flush()
                 send(sock, request, fds)
             except OSError:
-                return _NOT_STARTED
+                return LOCAL
             outcome = _follow(sock, request, child, relayed, killed)
     finally:
         for signum, handler in before.items():
             if handler is not None:  # None: a handler installed outside Python
                 signal.signal(signum, handler)
-    if outcome is not _NOT_STARTED or not child:
+    if outcome is not LOCAL or not child:
         return outcome
     death = (killed or relayed[-1:] or [None])[0]
     if death is not None and request["kind"] == "cli":  # as the child died, so do we
@@ -380,13 +378,13 @@ def _request(request: dict) -> Any:
 
 
 def _follow(sock: socket.socket, request: dict, child: list, relayed: list, killed: list):
-    """Read the child's messages until its end; ``_NOT_STARTED`` when the connection ends
+    """Read the child's messages until its end; ``LOCAL`` when the connection ends
     before the child reported its pid (nothing of the command ran)."""
     while True:
         try:
             message, _ = receive(sock)
         except (EOFError, OSError):
-            return _NOT_STARTED
+            return LOCAL
         except Exception as exc:  # a result or exception that does not unpickle here
             return HandoffError(f"the served call's outcome could not be read here: {exc}")
         if "pid" in message:
