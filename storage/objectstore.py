@@ -233,7 +233,15 @@ def read(workspace: Workspace, row: dict, columns: list[str] | None = None) -> p
 
 def sync(workspace: Workspace, names: Iterable[str] | None = None) -> int:
     """Upload the registered artifacts (all, or ``names``) the store does not hold yet; how
-    many were uploaded. Each is checked against its hash before it leaves the workspace."""
+    many were uploaded. Each is checked against its hash before it leaves the workspace.
+
+    Every pending artifact with an intact copy here is uploaded before any problem is
+    raised, so one bad file never holds back the others. A pending artifact this workspace
+    has no file for is an error on a workspace's own DuckDB catalog (it was lost). On a
+    shared (PostgreSQL) catalog it is another host's, which uploads it itself (at its
+    command's end, or its ``fdptm store --sync``): skipped unless ``names`` asks for it. A
+    copy here that does not match its hash is always an error.
+    """
     from fdptm.storage.catalog import Catalog
 
     store = of(workspace)
@@ -248,21 +256,28 @@ def sync(workspace: Workspace, names: Iterable[str] | None = None) -> int:
             return 0
         sql += f" AND name IN ({', '.join('?' * len(names))})"
         params.extend(names)
-    rows = catalog.query(sql + " ORDER BY name", params)
-    for row in rows:
+    bad: list[str] = []
+    uploaded = 0
+    for row in catalog.query(sql + " ORDER BY name", params):
         path = workspace.root / row["path"]
         if not intact(path, row["sha256"]):
-            raise BadInputError(
-                f"cannot upload {row['path']} to the artifact store {store.url}: the "
-                "workspace's copy is missing or does not match the catalog's hash; restore it "
-                "from a backup"
-            )
+            elsewhere = names is None and catalog.dialect != "duckdb" and not path.exists()
+            if not elsewhere:
+                bad.append(row["path"])
+            continue
         store.put(path, row["path"])
         catalog.execute(
             "UPDATE artifacts SET stored_in = ? WHERE name = ? AND sha256 = ?",
             [store.url, row["name"], row["sha256"]],
         )
-    return len(rows)
+        uploaded += 1
+    if bad:
+        raise BadInputError(
+            f"cannot upload {', '.join(bad)} to the artifact store {store.url}: the "
+            "workspace's copy is missing or does not match the catalog's hash (every other "
+            f"pending artifact was uploaded: {uploaded}); restore it from a backup"
+        )
+    return uploaded
 
 
 def try_sync(workspace: Workspace, names: Iterable[str] | None = None) -> None:

@@ -18,6 +18,7 @@ from conftest import S3_CREDENTIALS, free_port, s3_filesystem
 import fdptm as fdptm_api
 from fdptm.errors import BadInputError
 from fdptm.storage import objectstore
+from fdptm.storage.artifacts import write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 
@@ -255,3 +256,27 @@ def test_the_python_api_sets_shows_evicts_and_unsets(small, s3_server, bucket, m
     assert ws.sync_store() == 0
     ws.set_store(None)
     assert ws.store() == objectstore.Status(None, 1, 0, 1)
+
+
+def test_sync_uploads_every_intact_artifact_before_naming_a_lost_one(
+    small, s3_server, bucket, monkeypatch
+):
+    """One pending artifact whose file is gone never holds back the others' uploads; on a
+    workspace's own catalog it is named as lost."""
+    for name, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}.items():
+        monkeypatch.setenv(name, value)
+    objectstore.set_store(small, bucket)
+    catalog = Catalog(small)
+    for name in ("a-lost", "b-kept"):
+        rel = f"internal/extra/{name}.json"
+        sha = write_json({"name": name}, small.root / rel)
+        catalog.register_artifact(f"extra/{name}", "none", "test", rel, sha, "internal")
+    (small.root / "internal/extra/a-lost.json").unlink()
+    with pytest.raises(BadInputError, match=r"a-lost\.json.*uploaded: 1"):
+        objectstore.sync(small)
+    stored = {r["name"]: r["stored_in"] for r in artifacts(small)}
+    assert stored["extra/b-kept"] == bucket and stored["extra/a-lost"] is None
+    assert json.loads(stored_copy(s3_server, bucket, "internal/extra/b-kept.json")) == {
+        "name": "b-kept"
+    }
+    assert "a-lost.json" in objectstore.settle(small)

@@ -126,6 +126,36 @@ def _run_id(url: str) -> str:
     return rows[0]["run_id"]
 
 
+def test_a_host_uploads_its_own_artifacts_past_another_hosts_pending_ones(
+    tmp_path, pg_catalog, s3_server, monkeypatch
+):
+    """On a shared catalog, an artifact another host registered and has not uploaded yet
+    (its file is on that host) neither stops nor warns a command's end on this host, which
+    uploads its own; the other host's own sync uploads it, and asking for it by name here is
+    an error."""
+    from fdptm.errors import BadInputError
+    from fdptm.storage import objectstore
+    from fdptm.storage.artifacts import write_json
+
+    for name, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"fdptm-{os.urandom(4).hex()}"
+    s3_filesystem(s3_server).mkdir(bucket)
+    one, two = (Workspace.resolve(tmp_path / f"host{i}" / "ws").create() for i in (1, 2))
+    objectstore.set_store(one, f"s3://{bucket}/fdptm")
+    for workspace, name in ((one, "a-first"), (two, "b-second")):  # one's sorts first
+        rel = f"internal/extra/{name}.json"
+        sha = write_json({"name": name}, workspace.root / rel)
+        Catalog(workspace).register_artifact(f"extra/{name}", "none", "test", rel, sha, "internal")
+    assert objectstore.settle(two) is None
+    stored = {r["name"]: r["stored_in"] for r in Catalog(two).query("SELECT * FROM artifacts")}
+    assert stored == {"extra/a-first": None, "extra/b-second": f"s3://{bucket}/fdptm"}
+    with pytest.raises(BadInputError, match=r"a-first\.json"):
+        objectstore.sync(two, ["extra/a-first"])
+    assert objectstore.sync(one) == 1
+    assert s3_filesystem(s3_server).exists(f"{bucket}/fdptm/internal/extra/a-first.json")
+
+
 def test_a_killed_worker_leaves_nothing_reserved_after_recover_on_another_host(hosts, pg_catalog):
     killed = hosts(
         1, "release", "--dataset", "small", *RELEASE, *MECHANISM, FDPTM_KILL_AT="after-reserve"
