@@ -74,6 +74,18 @@ def served_env(prefect_harness, tmp_path_factory):
     subprocess.run([*command, "--stop"], env=env, capture_output=True, timeout=600)
 
 
+SERVE_VARS = ("FDPTM_SERVE", "FDPTM_SERVE_DIR")
+
+
+@pytest.fixture
+def served(served_env, monkeypatch):
+    """This test's ``fdptm`` child processes (which inherit ``os.environ``, or keep
+    ``SERVE_VARS`` of an environment they build) are handed to the session's server
+    (``served_env``); a command that must start fresh sets ``FDPTM_SERVE=off``."""
+    for name in SERVE_VARS:
+        monkeypatch.setenv(name, served_env[name])
+
+
 @pytest.fixture
 def workspace(tmp_path):
     from fdptm.storage.workspace import Workspace

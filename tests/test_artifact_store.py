@@ -1,6 +1,7 @@
 """The workspace's artifacts on an object store (issue 13, item 5; ``storage.objectstore``),
 against a real S3-compatible server (moto's server mode, its own process on localhost) and
-real ``fdptm`` processes sharing the session's Prefect API.
+real ``fdptm`` processes sharing the session's Prefect API (handed to the session's
+``fdptm serve``: conftest ``served``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import S3_CREDENTIALS, free_port, s3_filesystem
+from conftest import S3_CREDENTIALS, SERVE_VARS, free_port, s3_filesystem
 
 import fdptm as fdptm_api
 from fdptm.errors import BadInputError
@@ -22,7 +23,7 @@ from fdptm.storage.artifacts import write_json
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.workspace import Workspace
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = pytest.mark.usefixtures("prefect_harness", "served")
 
 RELEASE = ["release", "--dataset", "small", "--epsilon", "1000", "--delta", "1e-5"]
 RELEASE += ["--topics", "2", "--iterations", "5", "--seed", "3", "--no-progress"]
@@ -35,7 +36,11 @@ def fdptm(workspace: Workspace, endpoint: str, *args: str) -> subprocess.Complet
     down, its default retries with back-off only make the test slower, not different."""
     from prefect.settings import PREFECT_API_URL
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "AWS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k in SERVE_VARS or not k.startswith(("FDPTM_", "AWS_"))
+    }
     env.update(S3_CREDENTIALS, AWS_ENDPOINT_URL=endpoint, PREFECT_API_URL=PREFECT_API_URL.value())
     env.update(AWS_MAX_ATTEMPTS="1", AWS_RETRY_MODE="standard")
     return subprocess.run(

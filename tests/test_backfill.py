@@ -96,6 +96,7 @@ def test_backfill_releases_each_week_once_and_composes_in_parallel(timed_ws, cap
     assert "the most any partition has spent" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("served")  # its commands are handed to a server
 def test_a_killed_backfill_releases_exactly_the_missing_weeks_when_run_again(timed_ws):
     from prefect.settings import PREFECT_API_URL
 
@@ -141,6 +142,7 @@ def test_the_python_api_lists_partitions_and_backfills_batches(timed_ws):
     assert [p["run_id"] for p in again] == [p["run_id"] for p in first]
 
 
+@pytest.mark.usefixtures("served")  # its commands are handed to a server
 def test_a_partition_that_spent_and_cannot_go_on_is_not_retried(tmp_path, capsys):
     """A release killed (``kill -9``) after M1 spent, whose DP vocabulary is then damaged on
     disk: resuming it would run M1 again on the same charge, so the backfill reports it

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import S3_CREDENTIALS, s3_filesystem
+from conftest import S3_CREDENTIALS, SERVE_VARS, s3_filesystem
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fdptm import signing
@@ -42,15 +42,16 @@ LINES = ["apple banana cherry grape"] * 40 + ["durian elderberry figs lemon"] * 
 
 
 @pytest.fixture
-def hosts(tmp_path, pg_catalog, s3_server):
+def hosts(tmp_path, pg_catalog, s3_server, served):
     """``fdptm`` on "host" ``i``: a function running a command in ``tmp_path/host<i>``
-    (its own workspace) against the shared catalog, store and Prefect API. Host 0 ingested
+    (its own workspace) against the shared catalog, store and Prefect API, handed to the
+    session's ``fdptm serve`` (``FDPTM_SERVE="off"`` for a fresh process). Host 0 ingested
     dataset ``small`` and set the artifact store, so the others hold none of its files."""
     from prefect.settings import PREFECT_API_URL
 
     bucket = f"fdptm-{os.urandom(4).hex()}"
     s3_filesystem(s3_server).mkdir(bucket)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("FDPTM_")}
+    base = {k: v for k, v in os.environ.items() if k in SERVE_VARS or not k.startswith("FDPTM_")}
     base |= S3_CREDENTIALS | {
         "AWS_ENDPOINT_URL": s3_server,
         "FDPTM_CATALOG": pg_catalog,
@@ -187,7 +188,14 @@ def test_a_killed_worker_leaves_nothing_reserved_after_recover_on_another_host(h
 
 def test_a_live_run_on_one_host_is_never_recovered_from_another(hosts, pg_catalog):
     proc = hosts.start(
-        1, "release", "--dataset", "small", *RELEASE, *MECHANISM, FDPTM_STOP_AT="during-train"
+        1,
+        "release",
+        "--dataset",
+        "small",
+        *RELEASE,
+        *MECHANISM,
+        FDPTM_STOP_AT="during-train",
+        FDPTM_SERVE="off",  # _stopped watches this very process
     )
     try:
         deadline = time.monotonic() + 600
