@@ -226,17 +226,22 @@ def build_manifest(
     ledger = Ledger(catalog)
     calibration = calibration_of(spec)
     plan = calibration.plan
-    entries = catalog.query(
-        "SELECT stage, adjacency, epsilon, delta, state, notion, gamma FROM ledger"
-        " WHERE run_id = ? AND stage IN ('vocabulary', 'train')",
-        [spec.run_id],
-    )
+    filler = filler_of(spec, workspace, catalog)  # outside the block: it may fetch
+    with catalog.connect():  # the manifest's catalog reads: one block
+        entries = catalog.query(
+            "SELECT stage, adjacency, epsilon, delta, state, notion, gamma FROM ledger"
+            " WHERE run_id = ? AND stage IN ('vocabulary', 'train')",
+            [spec.run_id],
+        )
+        authors_are_documents = ledger.authors_are_documents(spec.dataset)
+        dataset_unit = ledger.default_unit(spec.dataset)
+        batches = run_batches(spec)
+        partitions = partitions_statement(spec, ledger)
     spent = [e for e in entries if e["state"] == "spent"]
     if len(entries) != len(spec.dp_stages) or sorted(e["stage"] for e in spent) != sorted(
         spec.dp_stages
     ):
         raise FdptmError(f"run {spec.run_id}: every DP stage must have spent before release")
-    authors_are_documents = ledger.authors_are_documents(spec.dataset)
     spends = [(e["epsilon"], e["delta"], Adjacency(e["adjacency"])) for e in spent]
     guarantee = compose(
         spends,
@@ -251,7 +256,6 @@ def build_manifest(
     # biterm release's test reads its noisy pair statistic, which no prior enters
     test = spec.m2.entry_noise(m2_params, released or {})
     noise = test if isinstance(test, PairEvidence) or not spec.prior else None
-    batches = run_batches(spec)
     return {
         "manifest_version": 2,
         "run_id": spec.run_id,
@@ -270,7 +274,7 @@ def build_manifest(
             "adjacency": guarantee.unit.value,
             "neighbouring_datasets": COVERS[guarantee.unit],
             "privacy_unit": PRIVACY_UNIT[guarantee.unit],
-            "dataset_unit": ledger.default_unit(spec.dataset).value,
+            "dataset_unit": dataset_unit.value,
             "accountant": guarantee.accountant,
             "conversions": [
                 {
@@ -288,7 +292,7 @@ def build_manifest(
         },
         "budget_policy": plan.policy,
         "stages": [
-            vocabulary_stage(spec, calibration, filler_of(spec, workspace, catalog)),
+            vocabulary_stage(spec, calibration, filler),
             {
                 "stage": "train",
                 "step": "M2",
@@ -329,7 +333,7 @@ def build_manifest(
             {"batch": b["seq"], "commitment": workspace.commitment(b["sha256"])} for b in batches
         ],
         "input_commitment": "HMAC-SHA256(workspace secret key, sha256 of the batch file)",
-        "partitions": partitions_statement(spec, ledger),
+        "partitions": partitions,
         "model": {
             "topics": spec.topics,
             "vocabulary_size": len(words),

@@ -37,6 +37,7 @@ from fdptm.storage.artifacts import (
 from fdptm.storage.catalog import Catalog
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.objectstore import intact_copy, local, read, try_sync
+from fdptm.storage.objectstore import of as store_of
 from fdptm.storage.partitions import buckets_of
 from fdptm.storage.workspace import Workspace
 from fdptm.tasks import public_vocabulary as public_vocabulary_source
@@ -60,11 +61,24 @@ def _env(spec: RunSpec) -> tuple[Workspace, Catalog]:
 
 
 def _save(spec: RunSpec, stage: str, name: str, table: pa.Table, visibility: str) -> dict:
-    workspace, catalog = _env(spec)
+    workspace, _ = _env(spec)
     rel = f"internal/runs/{spec.run_id}/{name}.parquet"
     sha = write_parquet(table, workspace.root / rel)
+    return _register(spec, stage, name, sha, visibility, table.num_rows)
+
+
+def _register(spec: RunSpec, stage: str, name: str, sha: str, visibility: str, rows: int) -> dict:
+    """Record the run's artifact ``name`` (written to its path), upload it when the
+    workspace has an artifact store, and return its catalog row. The record, the row and
+    the store setting are one catalog block; an upload is never made inside one."""
+    workspace, catalog = _env(spec)
     key = f"run/{spec.run_id}/{name}"
-    catalog.register_artifact(key, spec.run_id, stage, rel, sha, visibility, table.num_rows)
+    rel = f"internal/runs/{spec.run_id}/{name}.parquet"
+    with catalog.connect():
+        catalog.register_artifact(key, spec.run_id, stage, rel, sha, visibility, rows)
+        row, has_store = catalog.artifact(key), store_of(workspace) is not None
+    if not has_store:
+        return row
     try_sync(workspace, [key])
     return catalog.artifact(key)
 
@@ -97,11 +111,13 @@ def stored(spec: RunSpec, name: str, *, dp_output: bool = False) -> dict | None:
     """
     workspace, catalog = _env(spec)
     key = f"run/{spec.run_id}/{name}"
-    row = catalog.artifact(key)
+    with catalog.connect():
+        row, has_store = catalog.artifact(key), store_of(workspace) is not None
     if row is None:
         return None
     if intact_copy(workspace, row):
-        try_sync(workspace, [key])
+        if has_store:
+            try_sync(workspace, [key])
         return row
     path = workspace.root / row["path"]
     if dp_output:
@@ -363,7 +379,7 @@ def sanitized(
     words = load(spec, vocab).column("word").to_pylist()
     if done := stored(spec, "sanitized_tokens"):
         return done
-    workspace, catalog = _env(spec)
+    workspace, _ = _env(spec)
     path = local(workspace, bounded["path"], bounded["sha256"])
     verify(path, bounded["sha256"])
     batches = pq.ParquetFile(path).iter_batches(batch_size=_ENCODE_BATCH)
@@ -373,10 +389,7 @@ def sanitized(
         sha, rows = write_parquet_batches(
             stream_map(sanitize, batches, value_set), SANITIZED_SCHEMA, workspace.root / rel
         )
-    key = f"run/{spec.run_id}/sanitized_tokens"
-    catalog.register_artifact(key, spec.run_id, "sanitize", rel, sha, "internal", rows)
-    try_sync(workspace, [key])
-    return catalog.artifact(key)
+    return _register(spec, "sanitize", "sanitized_tokens", sha, "internal", rows)
 
 
 def train(
