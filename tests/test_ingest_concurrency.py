@@ -2,7 +2,9 @@
 
 Two real ``fdptm ingest`` processes started at once, several times over: of the same file
 (with ids, and without, so ids are derived), and of two files sharing ids (of the same
-authors, and of other authors).
+authors, and of other authors). The commands are handed to the session's ``fdptm serve``
+(conftest ``served``): each runs in a process of its own, forked from the warm server at
+once, so the two race closer together than two fresh processes paying their imports.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ SCENARIOS = [
 ]
 
 
+@pytest.mark.usefixtures("served")
 @pytest.mark.parametrize("repetition", range(REPETITIONS))
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_two_ingests_at_once_store_every_document_once(tmp_path, scenario, repetition):
