@@ -20,9 +20,10 @@ on all of them alike: ``ephemeral`` (no ``PREFECT_API_URL``: the process starts 
 Prefect's temporary API server itself), ``server`` (``PREFECT_API_URL`` of a ``prefect
 server start`` begun once before the rounds) and ``served`` (``fdptm serve --detach`` begun
 once before the rounds, with the ``ephemeral`` arm's environment: the command is handed to
-it and runs in a fork of its warm process). With ``--baseline-python`` the first two arms
-also run another checkout's interpreter (an editable install of the code before the change)
-on a copy of the same workspace, and the table gives each arm's ratio to it.
+it and runs in a fork of its warm process). With ``--baseline-python`` every arm also runs
+another checkout's interpreter (an install of the code before the change, with its own
+``fdptm serve``) on a copy of the same workspace, and the table gives each arm's ratio to
+it. ``--kinds served`` times only the served arms (both servers are started either way).
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ RELEASE = [
     "1000",
     "--no-progress",
 ]
+
+
+KINDS = ("ephemeral", "server", "served")
 
 
 def _env(workspace: Path, home: Path, api: str | None) -> dict:
@@ -119,6 +123,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline-python", help="another checkout's interpreter to compare")
     parser.add_argument("--out", default=str(HERE / "small_release"))
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=KINDS,
+        default=list(KINDS),
+        help="the arms to time (default all); served needs fdptm serve in every python",
+    )
     args = parser.parse_args()
     pythons = {"new": sys.executable}
     if args.baseline_python:
@@ -151,9 +162,9 @@ def main() -> None:
                     (f"{name} ephemeral", python, _env(workspace, tmp / f"home-{name}", None))
                 )
                 arms.append((f"{name} server", python, _env(workspace, tmp / f"home-{name}", api)))
-                if name == "new":  # handed to `fdptm serve` (the baseline may predate it)
+                if "served" in args.kinds:  # handed to `fdptm serve` (the baseline must have it)
                     served = _env(workspace, tmp / f"home-{name}", None)
-                    sockets = tmp / "sockets"
+                    sockets = tmp / f"sockets-{name}"
                     sockets.mkdir(mode=0o700)
                     served.update(FDPTM_SERVE="on", FDPTM_SERVE_DIR=str(sockets))
                     started = subprocess.run(
@@ -167,6 +178,7 @@ def main() -> None:
                         raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
                     stops.append((python, served))
                     arms.append((f"{name} served", python, served))
+            arms = [arm for arm in arms if arm[0].split()[-1] in args.kinds]
             for r in range(args.rounds):
                 order = arms[r % len(arms) :] + arms[: r % len(arms)]
                 for name, python, env in order:
