@@ -25,13 +25,11 @@ and 64 shadow models (the paper uses 128):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -40,7 +38,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import machine  # noqa: E402
+from harness import at_start, clean_env, measure, save  # noqa: E402
+
+TITLE = "Audit benchmark and PHEME reproduction"
 
 PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
 SHADOWS = 64
@@ -94,50 +94,6 @@ def _bounded(workspace, run_id: str):
     return read_parquet(workspace.root / row["path"], row["sha256"])
 
 
-def _tree_rss(pid: int) -> int:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += p.memory_info().rss
-    return total
-
-
-def _measured(command: list[str], home: Path, served: dict | None = None) -> tuple[float, int, str]:
-    """Wall seconds and peak process-tree RSS of ``command``, run with Prefect home ``home``
-    (its own temporary server and database, apart from this process's); its stdout. With
-    ``served`` (the environment and pid of a ``fdptm serve``) the command is handed to that
-    server, and the peak is of the server's tree (the idle server and its temporary API
-    included: an upper bound of the command's own)."""
-    env = {**os.environ, "PREFECT_HOME": str(home), **(served or {}).get("env", {})}
-    tree = (served or {}).get("pid")
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    peak = [0]
-
-    def sample():
-        while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(tree or proc.pid))
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    out, err = proc.communicate()
-    seconds = time.perf_counter() - start
-    sampler.join()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}): {err[-2000:]}")
-    return seconds, peak[0], out
-
-
 def default_iterations() -> int:
     """M2's iterations when a release does not say (the request model's default)."""
     from fdptm.request import ReleaseRequest
@@ -151,24 +107,24 @@ def performance(workspace) -> list[dict]:
     home = workspace.root.parent / "prefect-home"
     # untimed: creates the Prefect database, which a user's machine does once, not per audit
     warm_up = [fdptm, "audit", "--run", run_id, "--shadows", "2"]
-    _measured([*warm_up, "--workspace", str(workspace.root)], home)
+    measure([*warm_up, "--workspace", str(workspace.root)], clean_env(home=home))
     rows = []
     for workers, runner in ((1, "threads"), (2, "threads"), (2, "processes")):
         command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
         command += ["--workers", str(workers), "--workspace", str(workspace.root)]
         command += ["--processes"] if runner == "processes" else []
-        seconds, peak, _ = _measured(command, home)
+        run = measure(command, clean_env(home=home), interval=0.05)
         rows.append(
             {
                 "workers": workers,
                 "runner": runner,
-                "seconds": seconds,
-                "peak_rss_mb": peak / 2**20,
+                "seconds": run.wall,
+                "peak_rss_mb": run.peak_mib * 2**20 / 1e6,
                 "run": run_id,
                 "iterations": default_iterations(),
             }
         )
-        print(f"audit, {workers} {runner}: {seconds:.1f} s, {peak / 2**20:.0f} MB", flush=True)
+        print(f"audit, {workers} {runner}: {run.wall:.1f} s, {run.peak_mib:.0f} MiB", flush=True)
     rows.append(_served_audit(workspace, run_id, fdptm, home))
     return rows
 
@@ -188,15 +144,15 @@ def _served_audit(workspace, run_id: str, fdptm: str, home: Path) -> dict:
     try:
         command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
         command += ["--workers", "2", "--workspace", str(workspace.root)]
-        seconds, peak, _ = _measured(command, home, {"env": env, "pid": pid})
+        run = measure(command, clean_env(home=home, **env), root=pid, interval=0.05)
     finally:
         subprocess.run([*serve, "--stop"], env={**os.environ, **env}, capture_output=True)
-    print(f"audit, 2 threads, served: {seconds:.1f} s, {peak / 2**20:.0f} MB", flush=True)
+    print(f"audit, 2 threads, served: {run.wall:.1f} s, {run.peak_mib:.0f} MiB", flush=True)
     return {
         "workers": 2,
         "runner": "threads, served",
-        "seconds": seconds,
-        "peak_rss_mb": peak / 2**20,
+        "seconds": run.wall,
+        "peak_rss_mb": run.peak_mib * 2**20 / 1e6,
         "run": run_id,
         "iterations": default_iterations(),
     }
@@ -383,19 +339,16 @@ def _roc_figure(non_private_rows: list[dict], runs: list[dict], path: Path) -> N
     plt.close(fig)
 
 
-def _markdown(results: dict) -> str:
-    m = results["machine"]
+def _markdown(results: dict, parts: list[str]) -> str:
+    """The parts measured in this run (the record holds the latest of every part)."""
     lines = [
-        "# Audit benchmark and PHEME reproduction",
-        "",
-        f"`python benchmarks/audit.py` on {m['cpu']} ({m['cores']} cores), {m['date']}.",
         "PHEME `pheme_clean.json` (the paper's preprocessing), document-level units, k = 5,",
         f"{SHADOWS} shadow models. Attack results are internal (computed on the documents).",
         "",
     ]
-    if "performance" in results:
+    if "performance" in parts:
         lines += [
-            "## Performance: `fdptm audit --shadows 64` end to end (target < 30 s, < 1.5 GB)",
+            "### Performance: `fdptm audit --shadows 64` end to end (target < 30 s, < 1.5 GB)",
             "",
             f"A dp-vi release at epsilon 5 with {results['performance'][0]['iterations']}"
             " iterations (the release's default; the audit's",
@@ -413,10 +366,10 @@ def _markdown(results: dict) -> str:
                 f"| {r['workers']} | {r['runner']} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} |"
             )
         lines.append("")
-    if "non-private" in results:
+    if "non-private" in parts:
         rows = results["non-private"]
         lines += [
-            "## Non-private LDA (paper section 3), and the DP vocabulary alone",
+            "### Non-private LDA (paper section 3), and the DP vocabulary alone",
             "",
             f"{rows[0]['documents']} documents, {rows[0]['universe']} distinct words. Every",
             f"model is non-private collapsed Gibbs sampling ({CGS_ITERATIONS} sweeps, alpha =",
@@ -441,9 +394,9 @@ def _markdown(results: dict) -> str:
                 f"{a['huang-std']['tpr_at_fpr_0.001']:.2%} |"
             )
         lines.append("")
-    if "fdptm" in results:
+    if "fdptm" in parts:
         lines += [
-            "## FDPTM: LiRA as epsilon1 and epsilon2 vary (paper Figure 6)",
+            "### FDPTM: LiRA as epsilon1 and epsilon2 vary (paper Figure 6)",
             "",
             "One release per row (`fdptm release --m1-fraction eps1/(eps1+eps2)`), audited",
             "with `fdptm audit --shadows 64`. lira-online: the release likelihood;",
@@ -467,9 +420,9 @@ def _markdown(results: dict) -> str:
                 f"{b['M2']['lower_bound']:.2f} | {row['verdict']} |"
             )
         lines += ["", "ROC curves (log-log): `audit_roc.png`.", ""]
-    if "coherence" in results:
+    if "coherence" in parts:
         lines += [
-            "## Coherence and vocabulary size as epsilon1 grows (Figures 4 and 9)",
+            "### Coherence and vocabulary size as epsilon1 grows (Figures 4 and 9)",
             "",
             f"Weighted DP set union (alpha = 3, delta = {DELTA:g}) at epsilon1, then",
             f"non-private collapsed Gibbs sampling ({CGS_ITERATIONS} sweeps) on the sanitized",
@@ -496,7 +449,7 @@ def main() -> None:
     parts = args.only or list(PARTS)
     out = HERE / "audit_results.json"
     results: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
-    results["machine"] = machine()
+    results["machine"] = at_start()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _workspace(Path(tmp) / "ws")
         if "performance" in parts:
@@ -511,9 +464,8 @@ def main() -> None:
         _roc_figure(
             results.get("non-private", []), results.get("fdptm", []), HERE / "audit_roc.png"
         )
-    out.write_text(json.dumps(results, indent=2, default=str))
-    (HERE / "audit_results.md").write_text(_markdown(results))
-    print(_markdown(results))
+    body = _markdown(results, parts)
+    print(save("audit_results", TITLE, body, results).read_text())
 
 
 if __name__ == "__main__":

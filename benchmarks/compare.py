@@ -34,7 +34,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import SHARED, machine  # noqa: E402
+from harness import PHEME_RAW, machine  # noqa: E402
 
 EPSILONS = (1.0, 3.0, 5.0, 10.0)
 DELTA = 1e-5
@@ -68,7 +68,7 @@ def pheme() -> dict:
     runs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Workspace.resolve(Path(tmp) / "ws")
-        ingest(SHARED / "pheme_raw.json", "pheme", workspace)
+        ingest(PHEME_RAW, "pheme", workspace)
         for eps in EPSILONS:
             for seed in range(REPEATS):
                 out = compare_flow(

@@ -37,19 +37,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, rounds, save, scale_corpus, train_dp_vi  # noqa: E402
 
 from fdptm.evaluation.matching import matched_distance  # noqa: E402
 from fdptm.evaluation.synthetic import generate_lda  # noqa: E402
@@ -57,36 +53,22 @@ from fdptm.mechanisms import dp_vi  # noqa: E402
 from fdptm.privacy.adjacency import Adjacency  # noqa: E402
 from fdptm.privacy.noise import NoiseSource  # noqa: E402
 
-TOPICS, WORDS, DELTA, ITERATIONS = 10, 3000, 1e-6, 20
+ITERATIONS = 20
+TITLE = "dp-vi's warm starts: M2's time and its topics"
 
 
 def at_scale(args: argparse.Namespace, arms: list[float]) -> dict[str, list[dict]]:
-    phi = np.random.default_rng(0).dirichlet(np.full(WORDS, 0.05), size=TOPICS)
-    corpus = generate_lda(args.docs, WORDS, TOPICS, doc_length=16, seed=1, phi=phi).corpus
-    runs: dict[str, list[dict]] = {}
-    for seed in range(args.seeds):
-        order = arms[seed % len(arms) :] + arms[: seed % len(arms)]
-        for warm in order:
-            params = dp_vi.dp_vi_params(
-                args.epsilon,
-                DELTA,
-                n_topics=TOPICS,
-                adjacency=Adjacency.DOCUMENT,
-                max_docs_per_author=1,
-                iterations=ITERATIONS,
-                warm_start=warm,
-            )
-            start = time.perf_counter()
-            estimate = dp_vi.train_dp_vi(corpus, TOPICS, params, NoiseSource.create(100 + seed))
-            wall = time.perf_counter() - start
-            cosine = matched_distance(estimate, phi).cosine
-            runs.setdefault(f"{warm:g}", []).append({"seed": seed, "wall": wall, "cosine": cosine})
-            print(
-                f"[{time.strftime('%H:%M:%S')}] warm_start={warm:g} seed {seed}: {wall:.1f} s, "
-                f"cosine {cosine:.4f}",
-                flush=True,
-            )
-    return runs
+    """Paired arms: seed s gives every arm the same initial lambda and noise draws."""
+    corpus, phi = scale_corpus(args.docs)
+    warm = {f"{w:g}": w for w in arms}
+    seeds = {name: iter(range(args.seeds)) for name in warm}
+
+    def run(name: str) -> dict:
+        seed = next(seeds[name])
+        trained = train_dp_vi(corpus, phi, args.epsilon, seed=100 + seed, warm_start=warm[name])
+        return {"seed": seed} | trained
+
+    return rounds(warm, args.seeds, run, lambda x: f"{x['wall']:.1f} s, cosine {x['cosine']:.4f}")
 
 
 def pheme(seeds: int, epsilons: list[float], arms: list[float]) -> list[dict]:
@@ -143,12 +125,10 @@ def main() -> None:
     parser.add_argument("--pheme-seeds", type=int, default=8)
     parser.add_argument("--pheme-epsilons", default="1,3,10")
     parser.add_argument("--epsilon", type=float, default=3.0)
-    parser.add_argument("--out", default=str(HERE / "dp_vi_warm"))
+    parser.add_argument("--out", help="output stem (default benchmarks/dp_vi_warm)")
     args = parser.parse_args()
     report = {
-        "command": " ".join(["python benchmarks/dp_vi_warm.py", *sys.argv[1:]]),
-        "code": code_version(),
-        "machine": machine(),
+        "machine": at_start(),
         "documents": args.docs,
         "epsilon": args.epsilon,
         "pheme": pheme(
@@ -161,23 +141,14 @@ def main() -> None:
         ),
         "runs": at_scale(args, [float(w) for w in args.warm.split(",")]),
     }
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+    print(save("dp_vi_warm", TITLE, render(report), report, args.out).read_text())
 
 
 def render(r: dict) -> str:
     from dp_vi_threshold import _m, _pair  # the threshold benchmark's paired-seed cells
 
-    m = r["machine"]
     cold = r["runs"].get("1")
     lines = [
-        "# dp-vi's warm starts: M2's time and its topics",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {r['code']}",
-        "",
         f"## At scale: {r['documents']:,} synthetic documents, epsilon {r['epsilon']:g}",
         "",
         "Document level, delta 1e-6, k 10, 20 iterations, release defaults otherwise; each "

@@ -101,7 +101,6 @@ def main() -> None:
     table = Table(
         name="exact_noise",
         title="Exact noise: fdptm's sampler against OpenDP's",
-        command="python benchmarks/exact_noise.py",
         notes=(
             f"Medians of {ROUNDS} interleaved rounds (3 for the training). Draw rows: draws "
             f"per second, {OURS:,} draws of fdptm.privacy.exact against {THEIRS:,} of "

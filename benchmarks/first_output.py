@@ -22,8 +22,6 @@ process's exit (the refusals):
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -35,10 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, clean_env, fdptm, first_tweets, rounds, save  # noqa: E402
 
-PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_raw.json"
+TITLE = "Time to a release's first line and to a refusal"
 RELEASE = ["release", "--dataset", "small", "--epsilon", "3", "--delta", "1e-6", "--topics", "5"]
 ARMS = {
     "first line": ([], "ws"),
@@ -48,16 +45,6 @@ ARMS = {
     "too many topics": (["--topics", "5000"], "ws"),
     "cap": ([], "ws-capped"),
 }
-
-
-def _fdptm(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "fdptm.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-    )
 
 
 def _time(argv: list[str], env: dict, first_line: bool) -> float:
@@ -89,64 +76,30 @@ def _time(argv: list[str], env: dict, first_line: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--out", default=str(HERE / "first_output"))
+    parser.add_argument("--out", help="output stem (default benchmarks/first_output)")
     args = parser.parse_args()
-    results: dict[str, list[float]] = {name: [] for name in ARMS}
+    started = at_start()
     with tempfile.TemporaryDirectory(prefix="fdptm-first-") as tmp:
         tmp = Path(tmp)
-        texts = json.loads(PHEME.read_text())["text"][:100]
-        corpus = tmp / "small.jsonl"
-        corpus.write_text(
-            "".join(json.dumps({"doc_id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts))
-        )
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
-        base["PREFECT_HOME"] = str(tmp / "home")
-        envs = {}
-        for name in ("ws", "ws-bad-key", "ws-capped"):
-            envs[name] = {**base, "FDPTM_WORKSPACE": str(tmp / name)}
-        done = _fdptm("ingest", str(corpus), "--dataset", "small", env=envs["ws"])
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr)
+        corpus = first_tweets(tmp / "small.jsonl")
+        envs = {ws: clean_env(tmp / ws, tmp / "home") for ws in ("ws", "ws-bad-key", "ws-capped")}
+        fdptm("ingest", str(corpus), "--dataset", "small", env=envs["ws"])
         shutil.copytree(tmp / "ws", tmp / "ws-bad-key")
         (tmp / "ws-bad-key" / "secret.key").write_text("abcd")
         shutil.copytree(tmp / "ws", tmp / "ws-capped")
-        capped = _fdptm("budget", "--dataset", "small", "--cap", "1", "1e-7", env=envs["ws-capped"])
-        if capped.returncode != 0:
-            raise RuntimeError(capped.stderr)
-        arms = list(ARMS)
-        for r in range(args.rounds):
-            for name in arms[r % len(arms) :] + arms[: r % len(arms)]:
-                extra, ws = ARMS[name]
-                argv = [*RELEASE, *extra]
-                results[name].append(_time(argv, envs[ws], name == "first line"))
-            print(
-                f"[{time.strftime('%H:%M:%S')}] round {r + 1}: "
-                + ", ".join(f"{n} {results[n][-1]:.2f} s" for n in arms),
-                flush=True,
-            )
-    report = {
-        "command": " ".join(["python benchmarks/first_output.py", *sys.argv[1:]]),
-        "code": code_version(),
-        "machine": machine(),
-        "rounds": args.rounds,
-        "walls": results,
-        "load_after": os.getloadavg()[0],
-    }
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+        fdptm("budget", "--dataset", "small", "--cap", "1", "1e-7", env=envs["ws-capped"])
+
+        def arm(name: str) -> float:
+            extra, ws = ARMS[name]
+            return _time([*RELEASE, *extra], envs[ws], name == "first line")
+
+        walls = rounds(ARMS, args.rounds, arm)
+    report = {"machine": started, "rounds": args.rounds, "walls": walls}
+    print(save("first_output", TITLE, render(report), report, args.out).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     lines = [
-        "# Time to a release's first line and to a refusal",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {r['code']} · load average after the run "
-        f"{r['load_after']:.2f}",
-        "",
         f"Each a fresh `fdptm` process, {r['rounds']} interleaved rounds (module docstring). "
         "Target (issue 27): 1 s for the first line and for every refusal that needs no data.",
         "",

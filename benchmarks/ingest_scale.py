@@ -24,7 +24,6 @@ already stored.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -38,8 +37,9 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, code_version, save  # noqa: E402
+
+TITLE = "Ingest against the size of the dataset"
 
 WORDS = [
     "alpha",
@@ -107,8 +107,9 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=12)
     ap.add_argument("--docs", type=int, default=200_000)
     ap.add_argument("--baseline-python", help="another checkout's interpreter, interleaved")
-    ap.add_argument("--out", default=str(HERE / "ingest_scale"), help="output stem")
+    ap.add_argument("--out", help="output stem (default benchmarks/ingest_scale)")
     args = ap.parse_args()
+    started = at_start()
     arms = {"this": sys.executable}
     if args.baseline_python:
         arms["baseline"] = args.baseline_python
@@ -127,29 +128,21 @@ def main() -> None:
             print(row, flush=True)
     stored = [r["stored_before"] for r in rows]
     result = {
-        "command": "python benchmarks/ingest_scale.py"
-        + (" --baseline-python PATH" if args.baseline_python else ""),
-        "machine": machine(),
+        "machine": started,
         "files": args.files,
         "docs": args.docs,
         "versions": versions,
         "rows": rows,
         "slope_s_per_million_stored": {a: slope(stored, [r[a][0] for r in rows]) for a in arms},
     }
-    Path(args.out + ".json").write_text(json.dumps(result, indent=1))
-    Path(args.out + ".md").write_text(render(result))
+    print(save("ingest_scale", TITLE, render(result), result, args.out).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     arms = list(r["versions"])
     lines = [
-        "# Ingest against the size of the dataset",
-        "",
-        f"Command: `{r['command']}` · date {m['date']} · {m['cpu']} · {m['cores']} cores, "
-        f"shared · Python {m['python']} · {r['files']} files of {r['docs']:,} documents "
-        "(document level), interleaved file by file. Method: module docstring of "
-        "`benchmarks/ingest_scale.py`.",
+        f"{r['files']} files of {r['docs']:,} documents (document level), interleaved file "
+        "by file. Method: module docstring of `benchmarks/ingest_scale.py`.",
         "",
         "Code: " + ", ".join(f"{a} = {v}" for a, v in r["versions"].items()),
         "",

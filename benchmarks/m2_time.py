@@ -27,8 +27,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, rounds, save  # noqa: E402
+
+TITLE = "dp-vi's M2 time against another checkout"
 
 TRAIN = """
 import json, sys, time
@@ -71,22 +72,21 @@ def main() -> None:
     parser.add_argument("--baseline", required=True, help="the other checkout's directory")
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(HERE / "m2_time"))
+    parser.add_argument("--out", help="output stem (default benchmarks/m2_time)")
     args = parser.parse_args()
+    started = at_start()
     arms = {"this": None, "baseline": str(Path(args.baseline).resolve())}
     files = {name: run_arm(2000, path)["file"] for name, path in arms.items()}  # warm-up
     if files["this"] == files["baseline"]:
         raise SystemExit(f"both arms import {files['this']}: check --baseline")
-    runs: dict[str, list[dict]] = {name: [] for name in arms}
-    names = list(arms)
-    for r in range(args.rounds):
-        for name in names[r % 2 :] + names[: r % 2]:
-            runs[name].append(run_arm(args.docs, arms[name]))
-            print(f"round {r + 1} {name}: {runs[name][-1]['wall']:.1f} s", flush=True)
+    runs = rounds(
+        arms,
+        args.rounds,
+        lambda name: run_arm(args.docs, arms[name]),
+        lambda run: f"{run['wall']:.1f} s",
+    )
     report = {
-        "command": " ".join(["python benchmarks/m2_time.py", *sys.argv[1:]]),
-        "code": code_version(),
-        "machine": machine(),
+        "machine": started,
         "documents": args.docs,
         "baseline_commit": subprocess.run(
             ["git", "-C", arms["baseline"], "rev-parse", "--short", "HEAD"],
@@ -96,21 +96,12 @@ def main() -> None:
         "files": files,
         "runs": runs,
     }
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+    print(save("m2_time", TITLE, render(report), report, args.out).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     base = statistics.median(x["wall"] for x in r["runs"]["baseline"])
     lines = [
-        "# dp-vi's M2 time against another checkout",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {r['code']}",
-        "",
         f"{r['documents']:,} synthetic documents, epsilon 3, k 10, T 20, production noise; "
         "arms interleaved in fresh processes (see the module docstring). Baseline: "
         f"commit {r.get('baseline_commit') or 'unknown'}.",

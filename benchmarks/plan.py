@@ -36,8 +36,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, checkpoint, save  # noqa: E402
+
+TITLE = "fdptm plan against real releases"
 
 EPSILONS = (1.0, 3.0, 10.0)
 TOPICS = (5, 20)
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--mechanism", default=DEFAULT_MECHANISM)
     args = parser.parse_args()
+    started = at_start()
     stem = "plan" if args.mechanism == DEFAULT_MECHANISM else f"plan_{args.mechanism}"
     out = Path(tempfile.gettempdir()) / "fdptm-plan-quick" if args.quick else HERE / stem
     grid = [(e, k, n) for n in AUTHORS for e in EPSILONS for k in TOPICS]
@@ -140,16 +142,9 @@ def main() -> None:
                 f"{prediction.verdict}, release {result}",
                 flush=True,
             )
-            report = {
-                "mechanism": args.mechanism,
-                "command": " ".join(["python benchmarks/plan.py", *sys.argv[1:]]),
-                "code": code_version(),
-                "machine": machine(),
-                "cells": cells,
-            }
-            out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+            report = {"machine": started, "mechanism": args.mechanism, "cells": cells}
+            checkpoint(stem, report, out)
+    print(save(stem, TITLE, render(report), report, out).read_text())
 
 
 def _doc_counts(rows: list[dict]) -> list[int]:
@@ -160,18 +155,12 @@ def _doc_counts(rows: list[dict]) -> list[int]:
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     cells = r["cells"]
     share = sum(c["agree"] for c in cells) / len(cells)
     lines = [
-        "# fdptm plan against real releases",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"code {r['code']} · M2 {r.get('mechanism', 'dp-vi')}",
-        "",
-        "One unseeded production release and one plan per cell, on synthetic author-level "
-        "corpora with a heavy tail (module docstring). Target (issue 28): the plan's verdict "
-        f"agrees with the release in at least {TARGET:.0%} of the cells.",
+        f"M2 {r['mechanism']}. One unseeded production release and one plan per cell, on "
+        "synthetic author-level corpora with a heavy tail (module docstring). Target (issue "
+        f"28): the plan's verdict agrees with the release in at least {TARGET:.0%} of the cells.",
         "",
         f"Agreement: {sum(c['agree'] for c in cells)} of {len(cells)} cells ({share:.0%}), "
         f"target {'met' if share >= TARGET else 'missed'}.",

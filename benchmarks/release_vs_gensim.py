@@ -68,7 +68,6 @@ def main() -> None:
     table = Table(
         name="release_vs_gensim",
         title="A PHEME release against a non-private gensim LdaModel",
-        command="python benchmarks/release_vs_gensim.py",
         notes=(
             f"Medians of {ROUNDS} interleaved rounds in one process; fdptm: an unseeded "
             "`Dataset.release` at epsilon 3, delta 1e-6 (default M2 and sampler), PRE to "

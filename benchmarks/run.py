@@ -17,17 +17,15 @@ Measures, in one run on one machine:
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from harness import machine
+from harness import PHEME_RAW, SHARED, at_start, clean_env, fdptm, measure, save
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "data" / "pheme"
 ITERATIONS = 200
 REPEATS = 3
 
@@ -35,7 +33,9 @@ REPEATS = 3
 def _pheme_corpus():
     from fdptm.mechanisms.lda import Corpus
 
-    docs = [d.split() for d in json.loads((SHARED / "pheme_clean.json").read_text())["text"]]
+    docs = [
+        d.split() for d in json.loads((SHARED / "pheme" / "pheme_clean.json").read_text())["text"]
+    ]
     docs = [d for d in docs if d]
     vocab = {w: i for i, w in enumerate(sorted({w for d in docs for w in d}))}
     words = np.array([vocab[w] for d in docs for w in d], dtype=np.int32)
@@ -135,66 +135,28 @@ def end_to_end() -> dict:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         ws = ["--workspace", str(Path(tmp) / "ws")]
-        subprocess.run(
-            [exe, "ingest", str(SHARED / "pheme_raw.json"), "--dataset", "pheme", *ws],
-            check=True,
-            capture_output=True,
-        )
-        walls, peaks = [], []
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            proc = subprocess.Popen(
-                [exe, *release, *ws], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            peaks.append(_peak_tree_rss_mib(proc))
-            walls.append(time.perf_counter() - t)
-            if proc.returncode != 0:
-                raise RuntimeError(f"fdptm release failed with exit code {proc.returncode}")
+        fdptm("ingest", str(PHEME_RAW), "--dataset", "pheme", *ws, env=clean_env())
+        runs = [measure([str(exe), *release, *ws], clean_env()) for _ in range(REPEATS)]
     return {
-        "release_wall_seconds_best": min(walls),
-        "release_wall_seconds_all": walls,
-        "peak_rss_mib": max(peaks),
+        "release_wall_seconds_best": min(r.wall for r in runs),
+        "release_wall_seconds_all": [r.wall for r in runs],
+        "peak_rss_mib": max(r.peak_mib for r in runs),
     }
-
-
-def _peak_tree_rss_mib(proc: subprocess.Popen) -> float:
-    """Largest summed RSS of ``proc`` and its descendants while it runs (10 Hz samples)."""
-    peak = 0
-    while proc.poll() is None:
-        fields = subprocess.run(
-            ["ps", "-eo", "pid=,ppid=,rss="], capture_output=True, text=True
-        ).stdout.split()
-        rows = [tuple(map(int, fields[i : i + 3])) for i in range(0, len(fields), 3)]
-        tree = {proc.pid}
-        for _ in range(4):
-            tree |= {pid for pid, ppid, _ in rows if ppid in tree}
-        peak = max(peak, sum(rss for pid, _, rss in rows if pid in tree))
-        time.sleep(0.1)
-    return peak / 1024
 
 
 def main() -> None:
     results = {
-        "machine": machine(),
+        "machine": at_start(),
         "throughput": throughput(),
         "set_union": set_union_scale(),
         "end_to_end": end_to_end(),
     }
-    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "results.md").write_text(render(results))
-    print(render(results))
+    print(save("results", "fdptm benchmark results", render(results), results).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     lines = [
-        "# fdptm benchmark results",
-        "",
-        f"Command: `python benchmarks/run.py` · date {m['date']} · {m['cpu']} · "
-        f"{m['cores']} cores · Python {m['python']} · {m['os']}",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in m['versions'].items())}",
-        "",
-        f"## Gibbs sampling throughput on PHEME clean (one core, {ITERATIONS} iterations, "
+        f"### Gibbs sampling throughput on PHEME clean (one core, {ITERATIONS} iterations, "
         f"best of {REPEATS})",
         "",
         "M token-samples/s; ratio = fdptm HDP-LDA / tomotopy LDAModel (target >= 0.8 at k = 5, "
@@ -213,14 +175,14 @@ def render(r: dict) -> str:
     e = r["end_to_end"]
     lines += [
         "",
-        "## M1: DP set union (weighted) at scale",
+        "### M1: DP set union (weighted) at scale",
         "",
         "| authors | word occurrences | candidate words | released | seconds |",
         "|---|---|---|---|---|",
         f"| {s['authors']:,} | {s['occurrences']:,} | {s['candidate_words']:,} | "
         f"{s['released_words']:,} | {s['seconds']:.2f} |",
         "",
-        "## End to end: `fdptm release` on PHEME raw (5,802 tweets; PRE cached after the first)",
+        "### End to end: `fdptm release` on PHEME raw (5,802 tweets; PRE cached after the first)",
         "",
         "`fdptm release --dataset pheme --epsilon 400 --delta 1e-5 --topics 5 --iterations 20 "
         "--mechanism hdp-lda`,"

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -48,8 +46,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, checkpoint, clean_env, measure, save  # noqa: E402
 
 DATASET = "scale"
 TOPICS = 10
@@ -69,7 +66,7 @@ RELEASE = [
     "20",
     "--no-progress",
 ]
-TICK = os.sysconf("SC_CLK_TCK")
+TITLE = "Scale: `fdptm release --mechanism dp-vi --topics 10` against N"
 
 
 def words(n: int) -> list[str]:
@@ -114,52 +111,6 @@ def write_corpus(directory: Path, n_docs: int, n_words: int, per_file: int) -> d
     return {"documents": n_docs, "tokens": tokens, "files": files, "words": n_words}
 
 
-def _tree(root: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(parents.get(pid, []))
-    return tree
-
-
-def _sample(root: int) -> tuple[float, float]:
-    """(CPU seconds, resident MiB) of ``root``'s process tree."""
-    cpu = rss = 0
-    for pid in _tree(root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        cpu += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-        rss += int(fields[21])
-    return cpu / TICK, rss * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def run_sampled(cmd: list[str], env: dict) -> dict:
-    """Run ``cmd``; its wall time, peak tree RSS and the (time, CPU) samples."""
-    start = time.time()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    samples, peak = [], 0.0
-    while proc.poll() is None:
-        cpu, rss = _sample(proc.pid)
-        samples.append((time.time(), cpu, rss))
-        peak = max(peak, rss)
-        time.sleep(0.2)
-    out, err = proc.communicate()
-    wall = time.time() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[1]} failed ({proc.returncode}): {err.decode()[-2000:]}")
-    return {"wall": wall, "peak_mib": peak, "samples": samples, "stdout": out.decode()}
-
-
 def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
     times = [s[0] for s in samples]
     i = bisect.bisect_left(times, t)
@@ -195,7 +146,7 @@ def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
         t = time.perf_counter()
         shape = write_corpus(tmp / "corpus", n_docs, args.words, args.docs_per_file)
         shape["generate_seconds"] = time.perf_counter() - t
-        env = {**os.environ, "FDPTM_WORKSPACE": str(tmp / "ws")}
+        env = clean_env(tmp / "ws")  # Prefect's home as the user's: its database exists
         t = time.perf_counter()
         for f in sorted((tmp / "corpus").glob("*.parquet")):
             subprocess.run(
@@ -207,20 +158,19 @@ def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
             f.unlink()
         ingest = time.perf_counter() - t
         print(f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: ingested in {ingest:.1f} s", flush=True)
-        run = run_sampled([str(exe), *RELEASE], env)
-        cpu = run["samples"][-1][1] if run["samples"] else float("nan")
+        run = measure([str(exe), *RELEASE], env, interval=0.2)
         result = {
             "documents": n_docs,
             "corpus": shape,
             "ingest_seconds": ingest,
-            "release_wall": run["wall"],
-            "release_cpu": cpu,
-            "peak_mib": run["peak_mib"],
-            "stages": stages(tmp / "ws", run["samples"]),
+            "release_wall": run.wall,
+            "release_cpu": run.cpu,
+            "peak_mib": run.peak_mib,
+            "stages": stages(tmp / "ws", run.samples),
         }
         print(
-            f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: release {run['wall']:.1f} s wall, "
-            f"{cpu:.1f} s CPU, peak {run['peak_mib']:.0f} MiB",
+            f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: release {run.wall:.1f} s wall, "
+            f"{run.cpu:.1f} s CPU, peak {run.peak_mib:.0f} MiB",
             flush=True,
         )
         return result
@@ -246,13 +196,7 @@ def slopes(results: list[dict]) -> dict:
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     lines = [
-        "# Scale: `fdptm release --mechanism dp-vi --topics 10` against N",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {r['code']}",
-        "",
         "Release: `fdptm " + " ".join(RELEASE) + "` (production noise, no seed). Corpus: "
         f"synthetic LDA over {r['words']:,} real words, about 16 tokens per document, "
         f"Parquet files of at most {r['docs_per_file']:,} documents, one batch each. "
@@ -298,11 +242,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="5000,50000,500000")
     parser.add_argument("--words", type=int, default=3000)
     parser.add_argument("--docs-per-file", type=int, default=1_000_000)
-    parser.add_argument("--out", default=str(HERE / "scale"))
+    parser.add_argument("--out", help="output stem (default benchmarks/scale)")
     parser.add_argument("--note", default="")
     args = parser.parse_args()
+    started = at_start()
     exe = Path(sys.executable).with_name("fdptm")
-    shown = " ".join(sys.argv[1:])
     results, failed = [], []
     for n in args.sizes.split(","):
         try:
@@ -311,9 +255,7 @@ def main() -> None:
             print(f"N={int(n):,}: {exc}", flush=True)
             failed.append({"documents": int(n), "error": str(exc)[-1500:]})
         report = {
-            "command": f"python benchmarks/scale.py {shown}".strip(),
-            "code": code_version(),
-            "machine": machine(),
+            "machine": started,
             "words": args.words,
             "docs_per_file": args.docs_per_file,
             "results": results,
@@ -322,10 +264,8 @@ def main() -> None:
             "slopes": slopes(results),
             "note": args.note,
         }
-        out = Path(args.out)  # after every size: a later failure loses nothing
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+        checkpoint("scale", report, args.out)  # after every size: a later crash loses nothing
+    print(save("scale", TITLE, render(report), report, args.out).read_text())
 
 
 if __name__ == "__main__":

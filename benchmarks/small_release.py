@@ -29,8 +29,6 @@ it. ``--kinds served`` times only the served arms (both servers are started eith
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -42,10 +40,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from run import machine  # noqa: E402
+from harness import at_start, clean_env, fdptm, first_tweets, rounds, save  # noqa: E402
 
-PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_raw.json"
+TITLE = "Fixed cost: a 100-document release"
 RELEASE = [
     "release",
     "--dataset",
@@ -73,31 +70,14 @@ RELEASE = [
 KINDS = ("ephemeral", "server", "served")
 
 
-def _env(workspace: Path, home: Path, api: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
-    env.update(FDPTM_WORKSPACE=str(workspace), PREFECT_HOME=str(home))
-    if api:
-        env["PREFECT_API_URL"] = api
-    return env
-
-
 def _release(python: str, env: dict) -> float:
-    start = time.perf_counter()
-    out = subprocess.run(  # not in the checkout: `-m` would import its fdptm for any python
-        [python, "-m", "fdptm.cli", *RELEASE],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tempfile.gettempdir(),
-    )
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise RuntimeError(f"release failed ({out.returncode}): {out.stderr[-2000:]}")
-    return wall
+    begun = time.perf_counter()
+    fdptm(*RELEASE, env=env, python=python)
+    return time.perf_counter() - begun
 
 
 def _server(python: str, home: Path, port: int) -> tuple[subprocess.Popen, str]:
-    env = _env(home, home, None)
+    env = clean_env(home, home)
     proc = subprocess.Popen(
         [python, "-m", "prefect", "server", "start", "--port", str(port)],
         env=env,
@@ -122,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline-python", help="another checkout's interpreter to compare")
-    parser.add_argument("--out", default=str(HERE / "small_release"))
+    parser.add_argument("--out", help="output stem (default benchmarks/small_release)")
     parser.add_argument(
         "--kinds",
         nargs="+",
@@ -131,91 +111,47 @@ def main() -> None:
         help="the arms to time (default all); served needs fdptm serve in every python",
     )
     args = parser.parse_args()
+    started = at_start()
     pythons = {"new": sys.executable}
     if args.baseline_python:
         pythons["baseline"] = args.baseline_python
-    results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="fdptm-small-") as tmp:
         tmp = Path(tmp)
-        texts = json.loads(PHEME.read_text())["text"][:100]
-        corpus = tmp / "small.jsonl"
-        corpus.write_text(
-            "".join(json.dumps({"doc_id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts))
-        )
+        corpus = first_tweets(tmp / "small.jsonl")
         base = tmp / "base"
-        env = _env(base, tmp / "home-ingest", None)
-        subprocess.run(
-            [sys.executable, "-m", "fdptm.cli", "ingest", str(corpus), "--dataset", "small"],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        servers, arms, stops = [], [], []
+        fdptm("ingest", str(corpus), "--dataset", "small", env=clean_env(base, tmp / "home-ingest"))
+        servers, arms, stops = [], {}, []
         try:
             for i, (name, python) in enumerate(pythons.items()):
                 workspace = tmp / f"ws-{name}"
                 shutil.copytree(base, workspace)
                 proc, api = _server(python, tmp / f"home-server-{name}", 4310 + i)
                 servers.append(proc)
-                _release(python, _env(workspace, tmp / f"home-{name}", None))  # warm caches
-                arms.append(
-                    (f"{name} ephemeral", python, _env(workspace, tmp / f"home-{name}", None))
-                )
-                arms.append((f"{name} server", python, _env(workspace, tmp / f"home-{name}", api)))
+                env = clean_env(workspace, tmp / f"home-{name}")
+                _release(python, env)  # warm caches
+                arms[f"{name} ephemeral"] = (python, env)
+                arms[f"{name} server"] = (python, env | {"PREFECT_API_URL": api})
                 if "served" in args.kinds:  # handed to `fdptm serve` (the baseline must have it)
-                    served = _env(workspace, tmp / f"home-{name}", None)
                     sockets = tmp / f"sockets-{name}"
                     sockets.mkdir(mode=0o700)
-                    served.update(FDPTM_SERVE="on", FDPTM_SERVE_DIR=str(sockets))
-                    started = subprocess.run(
-                        [python, "-P", "-m", "fdptm.cli", "serve", "--detach"],
-                        env=served,
-                        capture_output=True,
-                        text=True,
-                        cwd=tempfile.gettempdir(),
-                    )
-                    if started.returncode != 0:
-                        raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
+                    served = env | {"FDPTM_SERVE": "on", "FDPTM_SERVE_DIR": str(sockets)}
+                    fdptm("serve", "--detach", env=served, python=python)
                     stops.append((python, served))
-                    arms.append((f"{name} served", python, served))
-            arms = [arm for arm in arms if arm[0].split()[-1] in args.kinds]
-            for r in range(args.rounds):
-                order = arms[r % len(arms) :] + arms[: r % len(arms)]
-                for name, python, env in order:
-                    results.setdefault(name, []).append(_release(python, env))
-                print(
-                    f"[{time.strftime('%H:%M:%S')}] round {r + 1}: "
-                    + ", ".join(f"{n} {results[n][-1]:.1f} s" for n, _, _ in arms),
-                    flush=True,
-                )
+                    arms[f"{name} served"] = (python, served)
+            timed = [name for name in arms if name.split()[-1] in args.kinds]
+            walls = rounds(timed, args.rounds, lambda name: _release(*arms[name]))
         finally:
             for proc in servers:
                 proc.terminate()
                 proc.wait(timeout=30)
             for python, env in stops:
-                subprocess.run([python, "-P", "-m", "fdptm.cli", "serve", "--stop"], env=env)
-    report = {
-        "command": " ".join(["python benchmarks/small_release.py", *sys.argv[1:]]),
-        "code": code_version(),
-        "machine": machine(),
-        "rounds": args.rounds,
-        "walls": results,
-        "load_after": os.getloadavg()[0],
-    }
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(report))
-    print(render(report))
+                fdptm("serve", "--stop", env=env, python=python, check=False)
+    report = {"machine": started, "rounds": args.rounds, "walls": walls}
+    print(save("small_release", TITLE, render(report), report, args.out).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     lines = [
-        "# Fixed cost: a 100-document release",
-        "",
-        f"Command: `{r['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {r['code']}",
-        "",
         "Release: `fdptm " + " ".join(RELEASE) + "` on the first 100 PHEME tweets, a fresh "
         f"process each time; {r['rounds']} interleaved rounds (see the module docstring). "
         "Targets (issue 30): at most 5 s cold (`ephemeral`: a fresh process and Prefect's "

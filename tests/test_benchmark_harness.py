@@ -1,0 +1,69 @@
+"""The benchmarks' shared harness: interleaving and a results file that keeps its history."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "harness.py"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("bench_harness", HARNESS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def _record(harness, tag: str) -> dict:
+    return {"machine": harness.at_start(), "tag": tag}
+
+
+def test_rounds_rotate_the_order_so_every_arm_goes_first(harness):
+    calls = []
+    out = harness.rounds(["a", "b", "c"], 3, lambda arm: calls.append(arm) or len(calls))
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert out == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
+
+
+def test_save_adds_a_dated_section_above_the_earlier_runs(harness, tmp_path):
+    stem = tmp_path / "thing"
+    harness.save("thing", "A benchmark", "first body", _record(harness, "1"), stem)
+    harness.save("thing", "A benchmark", "second body", _record(harness, "2"), stem)
+    text = stem.with_suffix(".md").read_text()
+    assert text.startswith("# A benchmark\n\n## Run of ")
+    assert text.count("## Run of ") == 2 and text.count("# A benchmark") == 1
+    assert text.index("second body") < text.index("first body")
+    assert "Command: `python " in text and "load average (1 min)" in text
+    assert json.loads(stem.with_suffix(".json").read_text())["tag"] == "2"
+
+
+def test_save_again_replaces_the_newest_section_only(harness, tmp_path):
+    stem = tmp_path / "thing"
+    harness.save("thing", "A benchmark", "first body", _record(harness, "1"), stem)
+    harness.save("thing", "A benchmark", "second body", _record(harness, "2"), stem)
+    harness.save("thing", "A benchmark", "second, redone", _record(harness, "2"), stem, again=True)
+    text = stem.with_suffix(".md").read_text()
+    assert "second body" not in text
+    assert text.count("## Run of ") == 2
+    assert text.index("second, redone") < text.index("first body")
+
+
+def test_a_file_written_before_the_harness_keeps_its_figures_one_level_down(harness, tmp_path):
+    stem = tmp_path / "old"
+    stem.with_suffix(".md").write_text(
+        "# Old title\n\nCommand: `old` · 2026-11-01\n\n| a |\n|---|\n| 1.5 |\n\n## Part two\n\n"
+        "```\n# not a heading\n```\n"
+    )
+    harness.save("old", "Old title", "new body", _record(harness, "new"), stem)
+    text = stem.with_suffix(".md").read_text()
+    assert text.index("new body") < text.index("## Earlier run")
+    assert "Command: `old` · 2026-11-01" in text and "| 1.5 |" in text
+    assert "\n### Part two\n" in text and "\n# not a heading\n" in text
