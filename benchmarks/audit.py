@@ -41,6 +41,9 @@ sys.path.insert(0, str(HERE))
 from harness import at_start, clean_env, measure, save  # noqa: E402
 
 TITLE = "Audit benchmark and PHEME reproduction"
+TARGETS = (
+    "`fdptm audit --shadows 64` of the default release on PHEME in < 30 s, < 1.5 GB (issue 30)"
+)
 
 PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
 SHADOWS = 64

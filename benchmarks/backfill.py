@@ -68,10 +68,12 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from run import machine  # noqa: E402
+from harness import at_start, save  # noqa: E402
 
 from fdptm.request import default  # noqa: E402
 
+TITLE = "Backfill of weekly windows: local vs a two-worker Dask LocalCluster"
+TARGETS = "52 weekly windows of 10,000 documents in <= 300 s on 2 cores (issue 30)"
 MONDAY = dt.date(2024, 1, 1)
 DATASET = "news"
 VOCAB_SOURCE = "wordfreq:en:5000"
@@ -320,7 +322,7 @@ def main() -> None:
     parser.add_argument("--weeks", type=int, default=52)
     parser.add_argument("--docs-per-week", type=int, default=10_000)
     parser.add_argument("--arms", default="local,dask,local-again")
-    parser.add_argument("--out", default=str(HERE / "backfill"), help="path prefix of .md/.json")
+    parser.add_argument("--out", help="output stem (default benchmarks/backfill)")
     parser.add_argument("--note", default="", help="a paragraph added to the .md as is")
     parser.add_argument(
         "--previous",
@@ -330,23 +332,18 @@ def main() -> None:
     args = parser.parse_args()
     arms = args.arms.split(",")
     last = (MONDAY + dt.timedelta(weeks=args.weeks, days=-1)).isoformat()
-    command = " ".join(
-        a for a in ["python benchmarks/backfill.py", *_shown_args(sys.argv[1:])] if a
-    )
-
     from prefect.testing.utilities import prefect_test_harness
 
     import fdptm
 
     begin = time.perf_counter()
     results: dict = {
-        "command": command,
+        "machine": at_start(),  # now: the product modules are imported from this tree
         "weeks": args.weeks,
         "docs_per_week": args.docs_per_week,
         "range": [MONDAY.isoformat(), last],
         "fields": FIELDS,
         "defaults": {"mechanism": default("mechanism"), "sampler": default("sampler")},
-        "code": code_version(),  # now: the product modules are imported from this tree
     }
     with tempfile.TemporaryDirectory(prefix="fdptm-backfill-") as tmp:
         tmp = Path(tmp)
@@ -402,69 +399,34 @@ def main() -> None:
             raise SystemExit("--previous was run with other --weeks/--docs-per-week")
         for a in prev["arms"]:
             a.setdefault("invocation", 1)
-        results["previous"] = {
-            k: prev[k] for k in ("command", "code", "run_seconds", "ingest", "machine")
-        }
+        results["previous"] = {k: prev[k] for k in ("run_seconds", "ingest", "machine")}
+        results["previous"]["machine"].setdefault("command", prev.get("command", "unknown"))
+        results["previous"]["machine"].setdefault("code", prev.get("code", "unknown"))
         results["previous"]["note"] = prev.get("note", "")
         results["arms"] = prev["arms"] + results["arms"]
         results["reruns"] = prev["reruns"] + results["reruns"]
         results["crashed"] = prev.get("crashed", []) + results["crashed"]
-    results["machine"] = machine()
     results["note"] = args.note
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    out.with_suffix(".md").write_text(render(results))
-    print(render(results))
-
-
-def code_version() -> str:
-    """The checkout's commit, and which tracked files differed from it (the code measured)."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=HERE.parent, capture_output=True, text=True
-        ).stdout.strip()
-
-    dirty = git("diff", "--name-only", "HEAD").split()
-    return git("rev-parse", "--short", "HEAD") + (
-        f" with uncommitted changes to {', '.join(dirty)}" if dirty else ""
-    )
-
-
-def _shown_args(argv: list[str]) -> list[str]:
-    shown, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--out", "--note"):
-            skip = True
-            continue
-        if a.startswith(("--out=", "--note=")):
-            continue
-        shown.append(a)
-    return shown
+    print(save("backfill", TITLE, render(results), results, args.out).read_text())
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     c, ing = r["corpus"], r["ingest"]
     local = next((a for a in r["arms"] if a["arm"] == "local"), None)
     again = next((a for a in r["arms"] if a["arm"] == "local-again"), None)
     runs = [*([r["previous"]] if "previous" in r else []), r]
-    lines = ["# Backfill of weekly windows: local vs a two-worker Dask LocalCluster", ""]
-    for i, run in enumerate(runs, 1):
-        m = run["machine"]
+    lines = []
+    if "previous" in r:
+        m = r["previous"]["machine"]
         lines += [
-            (f"Invocation {i}: " if len(runs) > 1 else "")
-            + f"`{run['command']}` · date {m['date']} · {m['cpu']} · {m['cores']} cores · "
-            f"Python {m['python']} · prefect {m['versions']['prefect']} · duckdb "
-            f"{m['versions']['duckdb']} · run time {run['run_seconds'] / 60:.0f} min "
-            f"(corpus generation and ingest included) · code {run['code']}",
+            f"The first arms are an earlier invocation's: `{m['command']}` · {m['date']} · "
+            f"{m['cpu']} · code {m['code']} · run time {r['previous']['run_seconds'] / 60:.0f} "
+            "min (corpus generation and ingest included).",
             "",
         ]
     lines += [
+        f"Run time {r['run_seconds'] / 60:.0f} min (corpus generation and ingest included).",
+        "",
         "Target (product issue): 52 weekly windows of about 10,000 documents each, wall time "
         "locally and on a two-worker Dask LocalCluster.",
         "",
@@ -542,7 +504,7 @@ def render(r: dict) -> str:
         "the arm's wall time.",
         "",
     ]
-    lines += ["## Ledger", ""]
+    lines += ["### Ledger", ""]
     for a in r["arms"]:
         cat = a["catalog"]
         total = cat["document_epsilon_total"]
@@ -563,7 +525,7 @@ def render(r: dict) -> str:
             )
     lines += [
         "",
-        "## Idempotent re-run",
+        "### Idempotent re-run",
         "",
         "The same backfill again (sequential runner) on an arm's workspace right after it:",
         "",
@@ -578,7 +540,7 @@ def render(r: dict) -> str:
         )
     lines += [
         "",
-        "## Where the time goes",
+        "### Where the time goes",
         "",
         "Seconds per stage, summed over the arm's releases (`stage_runs`), and the spread of "
         "single releases:",
@@ -620,7 +582,7 @@ def render(r: dict) -> str:
             f"(its peak so far){extra}"
         )
     if r.get("reading"):  # written by hand after the run, from the figures above
-        lines += ["", "## Reading", "", r["reading"]]
+        lines += ["", "### Reading", "", r["reading"]]
     lines.append("")
     return "\n".join(lines)
 

@@ -32,21 +32,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from fdptm.mechanisms import bayesian_prior as bp
-from fdptm.privacy.noise import NoiseSource
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import at_start, save  # noqa: E402
+
+from fdptm.mechanisms import bayesian_prior as bp  # noqa: E402
+from fdptm.privacy.noise import NoiseSource  # noqa: E402
+
+TITLE = "Bayesian public-prior mechanism: KL-divergence vs epsilon"
 PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
 
 DELTA = 1e-5
@@ -652,7 +653,7 @@ def section(name: str, res: dict) -> list[str]:
     lines = []
     if name == "pheme":
         lines += [
-            "## PHEME (one tweet = one privacy unit)",
+            "### PHEME (one tweet = one privacy unit)",
             "",
             f"Per seed a random 10% of the {i0['public_units'] + i0['private_units']:,} tweets "
             f"is public ({_ranged(infos, 'public_tokens')} tokens; their counts are alpha, their "
@@ -664,9 +665,9 @@ def section(name: str, res: dict) -> list[str]:
         ]
     else:
         lines += [
-            "## Synthetic, 1M-user scale"
+            "### Synthetic, 1M-user scale"
             if i0["private_units"] >= 10**6
-            else f"## Synthetic ({i0['private_units']:,} users, quick run)",
+            else f"### Synthetic ({i0['private_units']:,} users, quick run)",
             "",
             f"{i0['private_units']:,} private users, {i0['private_tokens']:,} tokens; "
             f"{i0['generator']}. Public: {i0['public_units']:,} separate users "
@@ -752,7 +753,7 @@ def variant_section(title: str, res: dict) -> list[str]:
     """The same data with the paper's W = |U| / 1000 (no report-noisy-min run)."""
     i0 = res["infos"][0]
     return [
-        f"### {title} with the paper's W = \\|U\\|/1000 = {i0['W_distinct']} (section 4.3)",
+        f"#### {title} with the paper's W = \\|U\\|/1000 = {i0['W_distinct']} (section 4.3)",
         "",
         f"Same data, seeds and mechanisms, but W = {i0['W_distinct']} for every mechanism "
         f"(distinct words for the Bayesian ones, counts overall for the Laplace ones; units "
@@ -889,7 +890,7 @@ def discussion(res: dict) -> list[str]:
     sigma = syn["calibration"][s_syn][e]["sigma"]
     gamma = _median([g[s_syn] for g in syn["gamma"]])
     return [
-        "## Discussion",
+        "### Discussion",
         "",
         "- **Where the Bayesian side beats Laplace, the public data alone does nearly as "
         "well.** At eps = 0.1 the public distribution alone (no private data, eps = 0) is "
@@ -944,29 +945,6 @@ def discussion(res: dict) -> list[str]:
 # --------------------------------------------------------------------------- main
 
 
-def machine() -> dict:
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(
-                ["lscpu"], capture_output=True, text=True, check=False
-            ).stdout.splitlines()
-            if line.startswith("Model name")
-        )
-    except StopIteration:
-        cpu = platform.processor()
-    from importlib.metadata import version
-
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": version("numpy"),
-        "scipy": version("scipy"),
-    }
-
-
 def _jsonable(x):
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -994,7 +972,7 @@ def main() -> None:
     args = parser.parse_args()
     seeds = SEEDS_QUICK if args.quick else SEEDS_FULL
     users = SYNTH_USERS_QUICK if args.quick else SYNTH_USERS_FULL
-    out = args.out or (None if args.quick else HERE / "bayesian_kl_results")
+    started = at_start()
     t0 = time.perf_counter()
     docs = [d.split() for d in json.loads(PHEME.read_text())["text"]]
     docs = [d for d in docs if d]
@@ -1009,14 +987,8 @@ def main() -> None:
         lambda seed: synth_paper, seeds, fixed=True, select=False
     )
     runtime = time.perf_counter() - t0
-    info = machine()
-    command = ".venv/bin/python benchmarks/bayesian_kl.py" + (" --quick" if args.quick else "")
     md = [
-        "# Bayesian public-prior mechanism: KL-divergence vs epsilon",
-        "",
-        f"Command: `{command}` · date {info['date']} · {info['cpu']} · {info['cores']} cores · "
-        f"Python {info['python']}, numpy {info['numpy']}, scipy {info['scipy']} · run time "
-        f"{runtime:.0f} s (PHEME {res['pheme']['seconds']:.0f} s + "
+        f"Run time {runtime:.0f} s (PHEME {res['pheme']['seconds']:.0f} s + "
         f"{res['pheme_paper_w']['seconds']:.0f} s, synthetic "
         f"{res['synthetic']['seconds']:.0f} s + {res['synthetic_paper_w']['seconds']:.0f} s "
         "after generation)",
@@ -1057,7 +1029,7 @@ def main() -> None:
         "'+ mix' rows are (1 - lambda) theta + lambda u with u uniform (baseline 1) or "
         "alpha~ (baseline 2).",
         "",
-        "## Verdict",
+        "### Verdict",
         "",
         *verdict(res),
         "",
@@ -1068,25 +1040,24 @@ def main() -> None:
     md += section("pheme", res["pheme"])
     md += variant_section("PHEME", res["pheme_paper_w"])
     text = "\n".join(md)
-    print(text)
-    if out is not None:
-        out = Path(out)
-        out.with_suffix(".md").write_text(text + "\n")
-        payload = {
-            "command": command,
-            "machine": info,
-            "runtime_seconds": runtime,
-            "delta": DELTA,
-            "epsilons": EPSILONS,
-            "S_grid": S_GRID,
-            "C": CLIP,
-            "rho_candidates": RHO_CANDIDATES,
-            "lambdas": LAMBDAS,
-            "seeds": seeds,
-            "datasets": res,
-            "reductions": {n: reductions(r) for n, r in res.items()},
-        }
-        out.with_suffix(".json").write_text(json.dumps(_jsonable(payload), indent=1) + "\n")
+    if args.quick and args.out is None:  # a short run, printed only
+        print(text)
+        return
+    payload = {
+        "machine": started,
+        "runtime_seconds": runtime,
+        "delta": DELTA,
+        "epsilons": EPSILONS,
+        "S_grid": S_GRID,
+        "C": CLIP,
+        "rho_candidates": RHO_CANDIDATES,
+        "lambdas": LAMBDAS,
+        "seeds": seeds,
+        "datasets": res,
+        "reductions": {n: reductions(r) for n, r in res.items()},
+    }
+    md = save("bayesian_kl_results", TITLE, text, _jsonable(payload), args.out)
+    print(md.read_text())
 
 
 if __name__ == "__main__":

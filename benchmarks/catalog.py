@@ -16,7 +16,6 @@ two processes calling at once (the lock is held for less time, so both finish so
 from __future__ import annotations
 
 import fcntl
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -35,6 +33,10 @@ from fdptm.storage.schema import MIGRATIONS
 from fdptm.storage.workspace import Workspace
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import at_start, rounds, save  # noqa: E402
+
 ROUNDS = 15
 CALLS = 20
 FRESH = 5
@@ -121,19 +123,18 @@ def _variants(workspace: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
 
 def _per_call(op_variants: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
     """Milliseconds per call of each variant, one value per round, rounds interleaved."""
-    names = list(op_variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(ROUNDS):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn = op_variants[name]
-            start = time.perf_counter()
-            if "held block" in name:
+
+    def one(name: str) -> float:
+        fn = op_variants[name]
+        start = time.perf_counter()
+        if "held block" in name:
+            fn()
+        else:
+            for _ in range(CALLS):
                 fn()
-            else:
-                for _ in range(CALLS):
-                    fn()
-            times[name].append((time.perf_counter() - start) / CALLS * 1e3)
-    return times
+        return (time.perf_counter() - start) / CALLS * 1e3
+
+    return rounds(op_variants, ROUNDS, one, lambda ms: f"{ms:.2f} ms")
 
 
 FIRST_CALL = """
@@ -213,32 +214,19 @@ def _parallel(root: Path) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> None:
+    started = at_start()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _setup(Path(tmp) / "ws")
         variants = _variants(workspace)
         per_call = {op: _per_call(v) for op, v in variants.items()}
         first = _first_calls(workspace.root)
         parallel = _parallel(workspace.root)
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
     lines = [
-        "# Catalog benchmark: cost of one catalog call",
-        "",
-        f"Command: `python benchmarks/catalog.py` · date {datetime.now(UTC):%Y-%m-%d} · "
-        f"{_cpu()} · nproc {nproc} · Python {platform.python_version()} · "
-        f"duckdb {duckdb.__version__} · {platform.platform()}",
-        "",
         f"Milliseconds per call: median over {ROUNDS} interleaved rounds of the mean of "
         f"{CALLS} back-to-back calls (range in brackets). Read: `{READ}`. Write: one "
         "`INSERT OR REPLACE` into `stage_runs` (what `start_stage` does), which commits "
@@ -278,9 +266,9 @@ def main() -> None:
         "stopped. Bursts of calls get the same effect soundly inside one "
         "`catalog.transaction()` (the 'held block' rows).",
     ]
-    text = "\n".join(lines) + "\n"
-    (HERE / "catalog_results.md").write_text(text)
-    print(text)
+    record = {"machine": started, "per_call": per_call, "first": first, "parallel": parallel}
+    title = "Catalog benchmark: cost of one catalog call"
+    print(save("catalog_results", title, "\n".join(lines), record).read_text())
 
 
 if __name__ == "__main__":

@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from harness import at_start, fdptm, rounds, save  # noqa: E402
+
 ROUNDS = 5
+NEEDS = "PostgreSQL 15's server binaries (Debian's postgresql-15)"
 REQUEST = ["--epsilon", "500", "--delta", "1e-5", "--topics", "5", "--iterations", "20"]
 
 
@@ -66,12 +69,13 @@ def one(workspace: str) -> dict:
 
 
 def main() -> None:
-    sys.path[:0] = [str(ROOT / "tests"), str(HERE)]
+    sys.path.insert(0, str(ROOT / "tests"))
     from conftest import free_port, shared_keys
     from gensim.test.utils import datapath
     from postgres_server import PostgresServer
     from small_release import _server  # the same Prefect server as that benchmark's
 
+    started = at_start()
     root = Path(tempfile.mkdtemp(prefix="fdptm-bench-catalog-"))
     keys = shared_keys(root)  # both arms sign with one key; PostgreSQL's hosts need both
     pg = PostgresServer(free_port()).start()
@@ -82,40 +86,28 @@ def main() -> None:
         for arm, url in arms.items():
             env = _env(api, url, keys)
             workspaces[arm] = str(root / arm)
-            ingest = ["ingest", datapath("lee_background.cor"), "--dataset", "lee"]
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "fdptm.cli",
-                    *ingest,
-                    "--format",
-                    "lines",
-                    "--workspace",
-                    workspaces[arm],
-                ],
+            fdptm(
+                *["ingest", datapath("lee_background.cor"), "--dataset", "lee"],
+                *["--format", "lines", "--workspace", workspaces[arm]],
                 env=env,
-                check=True,
-                capture_output=True,
             )
-        results: dict[str, list[dict]] = {arm: [] for arm in arms}
-        for r in range(ROUNDS):
-            order = list(arms) if r % 2 == 0 else list(reversed(arms))
-            for arm in order:
-                done = subprocess.run(
-                    [sys.executable, __file__, "--one", workspaces[arm]],
-                    env=_env(api, arms[arm], keys),
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                results[arm].append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(arm, results[arm][-1], flush=True)
+
+        def release(arm: str) -> dict:
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", workspaces[arm]],
+                env=_env(api, arms[arm], keys),
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        results = rounds(arms, ROUNDS, release, lambda r: f"{r['wall']:.2f} s")
     finally:
         server.terminate()
         server.wait(timeout=60)
         pg.stop()
-    _write(results)
+    _write(started, results)
 
 
 def _env(api: str, url: str | None, keys: dict[str, str]) -> dict[str, str]:
@@ -126,19 +118,15 @@ def _env(api: str, url: str | None, keys: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _write(results: dict[str, list[dict]]) -> None:
+def _write(started: dict, results: dict[str, list[dict]]) -> None:
     med = {
         arm: {k: statistics.median(r[k] for r in rows) for k in ("wall", "seconds", "blocks")}
         for arm, rows in results.items()
     }
     duck, pg = med["duckdb"], med["postgresql"]
     lines = [
-        "# A release's catalog overhead: PostgreSQL against DuckDB",
-        "",
-        f"`python benchmarks/catalog_backends.py`, {datetime.now(UTC):%Y-%m-%d}, "
-        f"{platform.node()} ({os.cpu_count()} cores, {platform.platform()}); {ROUNDS} "
-        "rounds, arms alternating, each release a fresh process (unseeded, demo request on "
-        "Lee); PostgreSQL 15 on loopback.",
+        f"{ROUNDS} rounds, arms interleaved, each release a fresh process (unseeded, demo "
+        "request on Lee); PostgreSQL 15 on loopback.",
         "",
         "| catalog | release wall (s) | time in catalog blocks (s) | blocks | per block (ms) |",
         "|---|---|---|---|---|",
@@ -162,8 +150,9 @@ def _write(results: dict[str, list[dict]]) -> None:
     for arm, rows in results.items():
         shown = ", ".join(f"({r['wall']:.2f}, {r['seconds']:.3f})" for r in rows)
         lines.append(f"- {arm}: {shown}")
-    (HERE / "catalog_backends.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    title = "A release's catalog overhead: PostgreSQL against DuckDB"
+    record = {"machine": started, "results": results}
+    print(save("catalog_backends", title, "\n".join(lines), record).read_text())
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import PHEME_RAW, machine  # noqa: E402
+from harness import PHEME_RAW, at_start, filled, save, stem  # noqa: E402
 
 EPSILONS = (1.0, 3.0, 5.0, 10.0)
 DELTA = 1e-5
@@ -169,7 +169,7 @@ def _cell(value, digits: int) -> str:
 
 
 def render(summary: dict, title: str, truth: bool) -> list[str]:
-    lines = [f"## {title}", ""]
+    lines = [f"### {title}", ""]
     for eps, mechs in summary.items():
         lines += [
             f"### epsilon = {float(eps):g}, delta = {DELTA:g}",
@@ -208,19 +208,13 @@ def main() -> None:
     """Run the comparison, or with ``--render`` only re-render compare.json."""
     from fdptm.request import default
 
-    if "--render" in sys.argv[1:]:
-        results = json.loads((HERE / "compare.json").read_text())
+    again = "--render" in sys.argv[1:]
+    if again:
+        results = filled(json.loads(stem("compare").with_suffix(".json").read_text()))
     else:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
-        results = {"machine": machine(), "synthetic": synthetic(), "pheme": pheme()}
-        (HERE / "compare.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    m = results["machine"]
+        results = {"machine": at_start(), "synthetic": synthetic(), "pheme": pheme()}
     lines = [
-        "# M2 comparison (internal statistics, not DP)",
-        "",
-        f"Command: `python benchmarks/compare.py` · date {m['date']} · {m['cpu']} · "
-        f"{m['cores']} cores · Python {m['python']}",
-        "",
         f"k = {TOPICS}, {ITERATIONS} iterations, mean ± sd over {REPEATS} seeds. Higher is "
         "better in the first four score columns (`fdptm.evaluation.metrics`). NPMI: "
         "gensim's, of the top 10 words above each topic's floor, co-occurrence per training "
@@ -239,8 +233,8 @@ def main() -> None:
     ]
     lines += render(summarise(results["synthetic"]), "Synthetic LDA with known topics", True)
     lines += render(summarise(results["pheme"]), "PHEME (5,802 tweets)", False)
-    (HERE / "compare.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    title = "M2 comparison (internal statistics, not DP)"
+    print(save("compare", title, "\n".join(lines), results, again=again).read_text())
 
 
 if __name__ == "__main__":

@@ -49,10 +49,6 @@ Everything here reads the documents: the tables are internal, non-DP statistics.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -60,8 +56,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+if __name__ == "__main__":  # one thread a worker, before numpy and numba load (see dp_vi_grid)
+    from harness import one_thread
+
+    one_thread()
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -86,18 +84,21 @@ from dp_vi_grid import (  # noqa: E402
     _DATA,
     SYNTHETIC,
     Dataset,
+    Run,
+    _m,
     corpora,
     load_pheme,
     load_synthetic,
-    machine,
+    options,
+    quick,
+    run_line,
     run_spec,
     score,
     summary,
     vocabulary,
 )
 
-OUT_MD = HERE / "dp_vi_clip_results.md"
-OUT_JSON = HERE / "dp_vi_clip_results.json"
+TITLE = "dp-vi: fixed clip C = 2 or a private clipping norm (DP quantile of unit norms)"
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "clip=2 (current)": {"clip": 2.0},
@@ -341,26 +342,8 @@ def stats(runs: list[dict]) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1 seed, epsilon 3 (smoke test)")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--out", default=None, help="output stem (default benchmarks/dp_vi_clip)")
-    ap.add_argument("--render", action="store_true", help="re-render the .md from the .json")
-    args = ap.parse_args()
-    out_md, out_json = OUT_MD, OUT_JSON
-    if args.out:
-        out_md, out_json = Path(args.out + "_results.md"), Path(args.out + "_results.json")
-    if args.render:
-        r = json.loads(out_json.read_text())
-        r["summary"] = None if r["quick"] else SUMMARY
-        out_md.write_text(render(r))
-        return
-    started = time.perf_counter()
-    at_start = {**machine(), "date_full": _sh("date"), "load_start": _sh("cat /proc/loadavg")}
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:7.1f}s] {msg}", flush=True)
-
+    run = Run(options(__doc__, "1 seed, epsilon 3 (smoke test)"), "dp_vi_clip", TITLE, render)
+    args, log = run.args, run.log
     pheme_eps = (3.0,) if args.quick else PHEME_EPSILONS
     synth_eps = (3.0,) if args.quick else SYNTHETIC_EPSILONS
     author_eps = (3.0,) if args.quick else AUTHOR_EPSILONS
@@ -377,10 +360,10 @@ def main() -> None:
     # one chunk = the four settings of one (corpus, epsilon, seed): one M1 vocabulary each
     jobs = [(n, e, st, s) for n, e, seeds in plan for s in seeds for st in SETTINGS]
     pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
-    results: list[dict] = []
+    done: list[dict] = []
     mapped = pool.map(_job, jobs, chunksize=len(SETTINGS)) if pool else map(_job, jobs)
     for i, r in enumerate(mapped):
-        results.append(r)
+        done.append(r)
         if (i + 1) % (len(SETTINGS) * 4) == 0 or i + 1 == len(jobs):
             log(f"{i + 1}/{len(jobs)} replicates")
     if pool:
@@ -389,7 +372,7 @@ def main() -> None:
     cells = []
     for name, eps, _ in plan:
         runs = {
-            st: [r for j, r in zip(jobs, results, strict=True) if j[:3] == (name, eps, st)]
+            st: [r for j, r in zip(jobs, done, strict=True) if j[:3] == (name, eps, st)]
             for st in SETTINGS
         }
         cells.append(
@@ -405,11 +388,6 @@ def main() -> None:
             }
         )
     result = {
-        "command": "python benchmarks/dp_vi_clip.py" + (" --quick" if args.quick else ""),
-        "quick": args.quick,
-        "machine": {**at_start, "load_end": _sh("cat /proc/loadavg")},
-        "seconds": time.perf_counter() - started,
-        "workers": args.workers,
         "defaults": current_defaults(),
         "settings": SETTINGS,
         "seeds": {"pheme": list(pheme_seeds), "synthetic": list(synth_seeds)},
@@ -423,16 +401,7 @@ def main() -> None:
         "cells": cells,
         "summary": None if args.quick else SUMMARY,
     }
-    out_json.write_text(json.dumps(result, indent=1, default=str))
-    out_md.write_text(render(result))
-    log(f"wrote {out_md} and {out_json}")
-
-
-def _sh(cmd: str) -> str:
-    try:
-        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
+    run.save(result)
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,7 +409,7 @@ def _sh(cmd: str) -> str:
 
 SUMMARY: tuple[str, str] | None = (
     """\
-## Summary (written from the numbers of this run; everything below it is generated)
+### Summary (written from the numbers of this run; everything below it is generated)
 
 **Recommendation: keep the fixed `clip=2.0` as the default.** `clip="private"` did not beat
 it at any quantile level on any corpus or epsilon. Most differences are within seed noise.
@@ -501,16 +470,6 @@ still wins:
 headline table (``headline``)."""
 
 
-def _m(s: dict, key: str, fmt: str) -> str:
-    if key not in s:
-        return "-"
-    v = s[key]
-    med = format(v["median"], fmt)
-    if v["min"] == v["max"]:
-        return med
-    return f"{med} [{format(v['min'], fmt)}, {format(v['max'], fmt)}]"
-
-
 def _diff(d: dict | None, fmt: str = "+.3f") -> str:
     if not d or d.get("median") is None:
         return "-"
@@ -555,25 +514,14 @@ def headline(cells: list[dict]) -> list[str]:
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     seeds = r["seeds"]
-    lines = [
-        "# dp-vi: fixed clip C = 2 or a private clipping norm (DP quantile of unit norms)",
-        "",
-    ]
-    if r.get("summary"):
-        head, body = (text.rstrip() for text in r["summary"])
+    lines = [run_line(r), ""]
+    if SUMMARY and not quick(r):  # about the full run: what it found
+        head, body = (text.rstrip() for text in SUMMARY)
         lines += [head, "", *headline(r["cells"]), "", body, ""]
     lines += [
-        "## Run",
+        "### Run",
         "",
-        f"- Command: `{r['command']}` (from the repository root)",
-        f"- Date: {m['date_full']}",
-        f"- Machine: {m['cpu']}, {m['cores']} cores shared with another benchmark "
-        f"({r['workers']} worker processes); load average at start {m['load_start']}, at "
-        f"end {m['load_end']}; Python {m['python']}",
-        f"- Code: {m['code']}",
-        f"- Run time: {r['seconds'] / 60:.1f} min",
         f"- Defaults held fixed (current library defaults): {r['defaults']}",
         f"- Seeds: PHEME {seeds['pheme']}, synthetic {seeds['synthetic']}",
         "",
@@ -586,7 +534,7 @@ def render(r: dict) -> str:
         f"possible p is 2^(1-n): {2 ** (1 - len(seeds['pheme'])):.3g} for PHEME, "
         f"{2 ** (1 - len(seeds['synthetic'])):.3g} for the synthetic corpora).",
         "",
-        "## PHEME (document level, k = 5, delta = 1e-5)",
+        "### PHEME (document level, k = 5, delta = 1e-5)",
         "",
         "| total eps | setting | z | C | V | NPMI | fewest above floor (topic) | no-signal "
         "topics | diversity | held-out LL/token | NPMI - clip=2 (paired) |",
@@ -618,7 +566,7 @@ def render(r: dict) -> str:
     a = r["author_corpus"]["after_bounding"]
     lines += [
         "",
-        "## Synthetic LDA corpora: matched cosine to the true topics",
+        "### Synthetic LDA corpora: matched cosine to the true topics",
         "",
         "The estimate embedded in the full vocabulary (words M1 missed at 0); higher is "
         "better. Author-level corpus after the release's contribution bounding (100 "

@@ -70,24 +70,28 @@ import argparse
 import json
 import math
 import os
-import platform
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# Run as a script: one thread a worker process, set before numpy and numba load. Imported (by
+# a benchmark that sets its own threads first), it leaves the environment alone: numba refuses
+# a thread count changed once its threads have started.
+if __name__ == "__main__":
+    from harness import one_thread
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+    one_thread()
+
+import numpy as np
+import pyarrow as pa
+from harness import at_start, filled, save, stem
 
 HERE = Path(__file__).resolve().parent
 PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
-OUT_MD = HERE / "dp_vi_grid_results.md"
-OUT_JSON = HERE / "dp_vi_grid_results.json"
+TITLE = "dp-vi defaults: grid search on PHEME, check on synthetic LDA"
 
 DELTA = 1e-5
 TOPICS = 5
@@ -520,27 +524,6 @@ def search(ev: Evaluator, name: str, mode: str, epsilon: float, grid: dict, log)
 # main
 
 
-def machine() -> dict:
-    def sh(cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            return "?"
-
-    model = sh("lscpu | sed -n 's/^Model name: *//p' | head -1") or platform.processor()
-    library = "fdptm tasks flows storage"
-    dirty = sh(f"git -C {HERE.parent} status --porcelain -- {library} | wc -l")
-    return {
-        "code": sh(f"git -C {HERE.parent} rev-parse --short HEAD")
-        + (f" ({dirty} library files modified)" if dirty not in ("", "0") else ""),
-        "date": sh("date -u +%F"),
-        "cpu": model,
-        "cores": str(os.cpu_count()),
-        "load": sh("cat /proc/loadavg | cut -d' ' -f1-3"),
-        "python": platform.python_version(),
-    }
-
-
 def ladder(target: dict) -> list[tuple[str, dict]]:
     """The changes from the defaults to ``target`` applied one at a time (in LADDER order),
     so the confirmation attributes a gain to each change."""
@@ -572,35 +555,78 @@ def candidates(searches: dict, epsilons) -> list[tuple[str, dict]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small grid, epsilon 3 only")
+def options(doc: str, quick: str) -> argparse.ArgumentParser:
+    """The options of every dp-vi benchmark built on this one: ``--quick`` (``quick`` says
+    what it does), ``--workers``, ``--out`` and ``--render``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--out", default=None, help="output stem (default benchmarks/dp_vi_grid)")
-    ap.add_argument("--render", action="store_true", help="re-render the .md from the .json")
-    args = ap.parse_args()
-    out_md, out_json = OUT_MD, OUT_JSON
-    if args.out:
-        out_md, out_json = Path(args.out + "_results.md"), Path(args.out + "_results.json")
-    if args.render:
-        r = json.loads(out_json.read_text())
-        if not r["command"].endswith("--quick"):
-            r["findings"] = FINDINGS
-        out_md.write_text(render(r))
-        return
-    started = time.perf_counter()
-    at_start = machine()  # the code version the run loads
+    ap.add_argument("--out", help="output stem (+ _results.md / .json; default benchmarks/)")
+    ap.add_argument("--render", action="store_true", help="re-render the .md's newest run")
+    return ap
+
+
+class Run:
+    """A run of a dp-vi benchmark built on this one: its options (``options``), the name and
+    stem of its results (``<script>_results``, under ``--out``'s stem when given: ``--out X``
+    writes ``X_results.md`` and ``.json``), the machine and the time at its start. With
+    ``--render`` the run ends here: the newest run of the .md again from its record (one
+    from before the harness gets the machine keys it lacks, its loads from what it kept)."""
+
+    def __init__(
+        self, ap: argparse.ArgumentParser, script: str, title: str, render: Callable[[dict], str]
+    ) -> None:
+        self.args = ap.parse_args()
+        self.title, self.render = title, render
+        self.name = f"{script}_results"
+        self.out = None if self.args.out is None else self.args.out + "_results"
+        if self.args.render:
+            r = json.loads(stem(self.name, self.out).with_suffix(".json").read_text())
+            m = r["machine"]
+            filled(r, r.get("load_at_start", m.get("load_start")), m.get("load_end", m.get("load")))
+            print(save(self.name, title, render(r), r, self.out, again=True).read_text())
+            sys.exit()
+        self.machine = at_start()  # the code version the run loads
+        self.started = time.perf_counter()
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.started:7.1f}s] {msg}", flush=True)
+
+    def save(self, record: dict) -> None:
+        """The results: the machine, ``--quick``, the run time and the workers, ``record``."""
+        args = self.args
+        r = {"machine": self.machine, "quick": args.quick, "workers": args.workers}
+        r = r | {"seconds": time.perf_counter() - self.started} | record
+        self.log(f"wrote {save(self.name, self.title, self.render(r), r, self.out)} and its .json")
+
+
+def quick(r: dict) -> bool:
+    """Whether the record is of a ``--quick`` run (an old record says so in its command)."""
+    return r.get("quick", r.get("command", "").endswith("--quick"))
+
+
+def load(synthetic: list[str]) -> None:
+    """PHEME and the ``synthetic`` corpora into ``_DATA`` (before the workers fork)."""
+    _DATA["pheme"] = load_pheme()
+    for name in synthetic:
+        _DATA[name] = load_synthetic(name)
+
+
+def run_line(r: dict) -> str:
+    return (
+        f"Run time {r['seconds'] / 60:.1f} min, {r['workers']} worker processes on the "
+        f"{r['machine']['cores']} cores (shared)."
+    )
+
+
+def main() -> None:
+    run = Run(options(__doc__, "small grid, epsilon 3 only"), "dp_vi_grid", TITLE, render)
+    args, log = run.args, run.log
     grid = QUICK_GRID if args.quick else GRID
     epsilons = (3.0,) if args.quick else EPSILONS
     synthetic = list(SYNTHETIC)[:1] if args.quick else list(SYNTHETIC)
     confirm_seeds = CONFIRM_SEEDS[:3] if args.quick else CONFIRM_SEEDS
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:7.1f}s] {msg}", flush=True)
-
-    _DATA["pheme"] = load_pheme()
-    for s in synthetic:
-        _DATA[s] = load_synthetic(s)
+    load(synthetic)
     log("data ready")
     ev = Evaluator(args.workers)  # forks after the data is loaded: workers share it
 
@@ -737,11 +763,9 @@ def main() -> None:
                 )
         log(f"synthetic: {corpus} done")
 
+    if ev.pool:
+        ev.pool.shutdown()
     result = {
-        "command": "python benchmarks/dp_vi_grid.py" + (" --quick" if args.quick else ""),
-        "machine": {**machine(), "code": at_start["code"], "date": at_start["date"]},
-        "seconds": time.perf_counter() - started,
-        "workers": args.workers,
         "grid": grid,
         "extensions": EXTENSIONS,
         "defaults": DEFAULTS,
@@ -769,18 +793,14 @@ def main() -> None:
         "fixed": fixed,
         "synthetic": synth,
     }
-    out_json.write_text(json.dumps(result, indent=1, default=str))
-    out_md.write_text(render(result))
-    log(f"wrote {out_md} and {out_json}")
-    if ev.pool:
-        ev.pool.shutdown()
+    run.save(result)
 
 
 # ---------------------------------------------------------------------------------------
 # report
 
 FINDINGS = """\
-## Summary (written from the numbers of this run; everything below it is generated)
+### Summary (written from the numbers of this run; everything below it is generated)
 
 **Recommended defaults.** dp-vi: **threshold 3 -> 2**, everything else unchanged (C = 2,
 kappa = 0.6, eta = 0.01, alpha = 0.1, RDP, T = 100). Release: **m1_fraction 0.25 -> 0.5**
@@ -916,15 +936,9 @@ def label(cfg: dict) -> str:
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     seeds = r["seeds"]
     lines = [
-        "# dp-vi defaults: grid search on PHEME, check on synthetic LDA",
-        "",
-        f"Command: `{r['command']}` (from the repository root, with `.venv/bin/python`) · "
-        f"date {m['date']} · {m['cpu']} · {m['cores']} cores, shared ({r['workers']} worker "
-        f"processes; load average at the end {m['load']}) · Python {m['python']} · run time "
-        f"{r['seconds'] / 60:.1f} min · code {m.get('code', '?')}",
+        run_line(r),
         "",
         "Internal, non-DP statistics computed from the documents (PHEME is public research "
         "data). Method: module docstring of `benchmarks/dp_vi_grid.py`. Cells: median [min, "
@@ -939,12 +953,12 @@ def render(r: dict) -> str:
         f"Search choice (seeds {seeds['search']}): {label(r['search_recommended'])}.  ",
         f"Recommended after confirmation: **{label(r['recommended'])}** ({r['recommended_name']}).",
         "",
-        *([r["findings"]] if r.get("findings") else []),
-        "## PHEME with the DP vocabulary: confirmation on fresh seeds",
+        *([] if quick(r) else [FINDINGS]),  # about the full run: what it found
+        "### PHEME with the DP vocabulary: confirmation on fresh seeds",
         "",
     ]
     for eps in r["epsilons"]:
-        lines += [f"### total epsilon {eps:g}", "", HEAD, "|" + "---|" * 11]
+        lines += [f"#### total epsilon {eps:g}", "", HEAD, "|" + "---|" * 11]
         rows = [c for c in r["confirmation"] if c["epsilon"] == eps]
         for c in rows:
             lines.append(_row(c["name"], c["summary"]))
@@ -968,13 +982,13 @@ def render(r: dict) -> str:
         lines.append(f"- {c['name']} ({label(c['config'])}): {c['mean_median_npmi']:+.3f}")
     lines += [
         "",
-        "## PHEME with a fixed, NON-private vocabulary (words in >= 5 training tweets): M2 "
+        "### PHEME with a fixed, NON-private vocabulary (words in >= 5 training tweets): M2 "
         "alone, at 75% of epsilon",
         "",
     ]
     for eps in r["epsilons"]:
         lines += [
-            f"### total epsilon {eps:g} (M2 epsilon {0.75 * eps:g})",
+            f"#### total epsilon {eps:g} (M2 epsilon {0.75 * eps:g})",
             "",
             HEAD,
             "|" + "---|" * 11,
@@ -987,7 +1001,7 @@ def render(r: dict) -> str:
                 lines.append(_row(f"*{ref['name']}, NOT private*", ref["summary"]))
         lines.append("")
     lines += [
-        "## Second corpus: synthetic LDA (k = 5, one document per unit, same pipeline)",
+        "### Second corpus: synthetic LDA (k = 5, one document per unit, same pipeline)",
         "",
         "Matched cosine to the true topics (the estimate embedded in the full vocabulary, "
         "words M1 did not select at 0; higher is better), NPMI against the synthetic "
@@ -1006,7 +1020,7 @@ def render(r: dict) -> str:
         )
     lines += [
         "",
-        f"## Search traces (seeds {seeds['search']}; cells: median NPMI and median of the "
+        f"### Search traces (seeds {seeds['search']}; cells: median NPMI and median of the "
         "min-topic words above floor)",
         "",
         "Values marked (ext.) are beyond the issue's grid.",

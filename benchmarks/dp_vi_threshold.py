@@ -49,18 +49,17 @@ public research data).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
+import re
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")  # `git status` in machine() writes nothing
+if __name__ == "__main__":  # one thread a worker, before numpy and numba load (see dp_vi_grid)
+    from harness import one_thread
+
+    one_thread()
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -74,18 +73,21 @@ if Path(fdptm.__file__).resolve().parent == ROOT / "fdptm":
     # editable install maps them to its own checkout, so look in this one first.
     fdptm.__path__.append(str(ROOT))
 
-import dp_vi_grid as grid  # noqa: E402
 import numpy as np  # noqa: E402
 from dp_vi_grid import (  # noqa: E402
     SYNTHETIC,
     Evaluator,
-    load_pheme,
-    load_synthetic,
+    Run,
+    _m,
+    load,
+    options,
+    run_line,
     summary,
 )
+from harness import stem  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
-OUT = HERE / "dp_vi_threshold"
+TITLE = "dp-vi threshold: 1, 1.5 or 2 noise standard deviations (paired seeds)"
 EPSILONS = (1.0, 3.0, 10.0)
 THRESHOLDS = (1.0, 1.5, 2.0)
 BASELINE = 2.0
@@ -154,30 +156,34 @@ def paired(runs: list[dict], base: list[dict], key: str) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, str]:
-    def sh(cmd: str) -> str:
-        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+def compared(
+    runs: dict, base: Any, keys: tuple[str, ...], arm: str, versus: str = "vs_baseline", **fields
+) -> list[dict[str, Any]]:
+    """A row per arm of ``runs`` (arm -> its replicates, seed by seed): ``fields``, the arm
+    (as ``arm``), its replicates and their ``summary``, and, for an arm other than ``base``,
+    the ``paired`` differences of ``keys`` to ``base``'s replicates (as ``versus``)."""
+    rows = []
+    for a, replicates in runs.items():
+        row = {**fields, arm: a, "runs": replicates, "summary": summary(replicates)}
+        if a != base:
+            row[versus] = {k: paired(replicates, runs[base], k) for k in keys}
+        rows.append(row)
+    return rows
 
-    out = grid.machine()
-    out["date_local"] = sh("date")
-    out["commit"] = sh(f"git -C {ROOT} rev-parse --short HEAD")
-    return out
+
+def earlier_summary(run: Run) -> str | None:
+    """The hand-written summary of the results a full run replaces (kept across re-runs)."""
+    path = stem(run.name, run.out).with_suffix(".json")
+    if run.args.quick or not path.exists():
+        return None
+    return json.loads(path.read_text()).get("summary_text")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="epsilon 3, 2 seeds, one corpus")
+    ap = options(__doc__, "epsilon 3, 2 seeds, one corpus")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="PHEME seeds (from 300)")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--out", default=str(OUT), help="output stem (+ _results.md / .json)")
-    ap.add_argument("--render", action="store_true", help="re-render the .md from the .json")
-    args = ap.parse_args()
-    out_md, out_json = Path(args.out + "_results.md"), Path(args.out + "_results.json")
-    if args.render:
-        out_md.write_text(render(json.loads(out_json.read_text())))
-        return
-    started = time.perf_counter()
-    at_start = machine()
+    run = Run(ap, "dp_vi_threshold", TITLE, render)
+    args, log = run.args, run.log
     cfg0 = current_defaults()
     epsilons = (3.0,) if args.quick else EPSILONS
     seeds = SEEDS[: 2 if args.quick else args.seeds]
@@ -185,13 +191,7 @@ def main() -> None:
     syn_seeds = SYNTHETIC_SEEDS[:1] if args.quick else SYNTHETIC_SEEDS
     corpora = list(SYNTHETIC)[:1] if args.quick else list(SYNTHETIC)
     cfgs = {t: {**cfg0, "threshold": t} for t in THRESHOLDS}
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:7.1f}s] {msg}", flush=True)
-
-    grid._DATA[PHEME] = load_pheme()
-    for c in corpora:
-        grid._DATA[c] = load_synthetic(c)
+    load(corpora)
     log(f"data ready; defaults {cfg0}")
     ev = Evaluator(args.workers)  # forks after the data is loaded: workers share it
 
@@ -203,18 +203,7 @@ def main() -> None:
     pheme = []
     for e in epsilons:
         runs = {t: ev.configs(PHEME, "dp", e, [cfgs[t]], seeds, KIND)[0] for t in THRESHOLDS}
-        for t in THRESHOLDS:
-            row = {
-                "epsilon": e,
-                "threshold": t,
-                "runs": runs[t],
-                "summary": summary(runs[t]),
-            }
-            if t != BASELINE:
-                row["vs_baseline"] = {
-                    k: paired(runs[t], runs[BASELINE], k) for k in ("npmi", "loglik")
-                }
-            pheme.append(row)
+        pheme += compared(runs, BASELINE, ("npmi", "loglik"), "threshold", epsilon=e)
     references = []
     for e in epsilons:
         res = ev.configs(PHEME, "dp", e, [cfg0], ref_seeds, "reference")[0]
@@ -236,59 +225,26 @@ def main() -> None:
     for c in corpora:
         for e in epsilons:
             runs = {t: ev.configs(c, "dp", e, [cfgs[t]], syn_seeds, KIND)[0] for t in THRESHOLDS}
-            for t in THRESHOLDS:
-                row = {
-                    "corpus": c,
-                    "epsilon": e,
-                    "threshold": t,
-                    "runs": runs[t],
-                    "summary": summary(runs[t]),
-                }
-                if t != BASELINE:
-                    row["vs_baseline"] = {"cosine": paired(runs[t], runs[BASELINE], "cosine")}
-                synthetic.append(row)
+            synthetic += compared(runs, BASELINE, ("cosine",), "threshold", corpus=c, epsilon=e)
 
-    command = "python benchmarks/dp_vi_threshold.py" + (" --quick" if args.quick else "")
-    if not args.quick and args.seeds != len(SEEDS):
-        command += f" --seeds {args.seeds}"
+    if ev.pool:
+        ev.pool.shutdown()
     result = {
-        "command": command,
-        "machine": {**machine(), **{k: at_start[k] for k in ("code", "commit", "date")}},
-        "date_local_start": at_start["date_local"],
-        "load_at_start": at_start["load"],
-        "seconds": time.perf_counter() - started,
-        "workers": args.workers,
         "defaults": cfg0,
         "thresholds": list(THRESHOLDS),
         "baseline": BASELINE,
         "epsilons": list(epsilons),
         "seeds": {"pheme": list(seeds), "reference": list(ref_seeds), "synthetic": list(syn_seeds)},
-        "summary_text": None,
+        "summary_text": earlier_summary(run),
         "pheme": pheme,
         "references": references,
         "synthetic": synthetic,
     }
-    if out_json.exists() and not args.quick:  # keep a hand-written summary across re-runs
-        result["summary_text"] = json.loads(out_json.read_text()).get("summary_text")
-    out_json.write_text(json.dumps(result, indent=1, default=str))
-    out_md.write_text(render(result))
-    log(f"wrote {out_md} and {out_json}")
-    if ev.pool:
-        ev.pool.shutdown()
+    run.save(result)
 
 
 # ---------------------------------------------------------------------------------------
 # report
-
-
-def _m(s: dict, key: str, fmt: str) -> str:
-    if key not in s:
-        return "-"
-    v = s[key]
-    med = format(v["median"], fmt)
-    if v["min"] == v["max"]:
-        return med
-    return f"{med} [{format(v['min'], fmt)}, {format(v['max'], fmt)}]"
 
 
 def _pair(p: dict | None, fmt: str) -> str:
@@ -300,18 +256,75 @@ def _pair(p: dict | None, fmt: str) -> str:
     )
 
 
+def summary_text(r: dict[str, Any]) -> list[str]:
+    """The record's hand-written summary, its headings from ### (older ones started at ##)."""
+    text = (r.get("summary_text") or "").rstrip()
+    levels = [len(h) for h in re.findall(r"^(#+) ", text, flags=re.M)]
+    shift = "#" * max(0, 3 - min(levels, default=3))
+    return [re.sub(r"^#", shift + "#", text, flags=re.M), ""] if text else []
+
+
+def npmi_cell(run: dict[str, Any]) -> str:
+    """A replicate's NPMI, and the configuration a tuned one chose; 'refused' for a refusal."""
+    if "failed" in run:
+        return "refused"
+    chosen = run.get("chosen")
+    return f"{run['npmi']:+.3f}" + (
+        f" (T={chosen['iterations']}, thr={chosen['threshold']:g})" if chosen else ""
+    )
+
+
+def per_seed(r: dict[str, Any], arm: str, arms: list, labels: list[str]) -> list[str]:
+    """PHEME's NPMI per (epsilon, seed): a column per ``arms`` value of the rows' ``arm``."""
+    lines = [
+        "",
+        "#### PHEME NPMI per seed",
+        "",
+        "| total eps | seed | V | " + " | ".join(labels) + " |",
+        "|---|---|---|" + "---|" * len(arms),
+    ]
+    for e in r["epsilons"]:
+        rows = {row[arm]: row["runs"] for row in r["pheme"] if row["epsilon"] == e}
+        for i, seed in enumerate(r["seeds"]["pheme"]):
+            v = rows[arms[0]][i].get("vocabulary", "-")
+            cells = [npmi_cell(rows[a][i]) for a in arms]
+            lines.append(f"| {e:g} | {seed} | {v} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def synthetic_table(
+    r: dict[str, Any], arm: str, base: str, last: tuple[str, Callable[[dict], str]]
+) -> list[str]:
+    """The synthetic corpora's section: per corpus, epsilon and the rows' ``arm`` the matched
+    cosine, its paired difference to ``base``, NPMI, the weakest topic and ``last``'s column."""
+    lines = [
+        "",
+        "### Synthetic LDA (dp_vi_grid.SYNTHETIC; k = 5, one document per unit, same pipeline)",
+        "",
+        "Matched cosine to the true topics (estimate embedded in the full vocabulary, words M1 "
+        f"did not select at 0; higher is better); seeds {r['seeds']['synthetic']}.",
+        "",
+        f"| corpus | total eps | {arm} | V | cosine to truth | paired vs {base}: cosine | NPMI | "
+        f"fewest top-10 above floor | {last[0]} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in r["synthetic"]:
+        s, vs = row["summary"], row.get("vs_baseline", row.get("vs_untuned", {}))
+        name = row[arm] if isinstance(row[arm], str) else format(row[arm], "g")
+        lines.append(
+            f"| {row['corpus']} | {row['epsilon']:g} | {name} | "
+            f"{_m(s, 'vocabulary', '.0f')} | {_m(s, 'cosine', '.3f')} | "
+            f"{_pair(vs.get('cosine'), '+.3f')} | {_m(s, 'npmi', '+.3f')} | "
+            f"{_m(s, 'min_above_floor', '.0f')} | {last[1](row)} |"
+        )
+    return lines
+
+
 def render(r: dict[str, Any]) -> str:
-    m = r["machine"]
     seeds = r["seeds"]
     d = r["defaults"]
     lines = [
-        "# dp-vi threshold: 1, 1.5 or 2 noise standard deviations (paired seeds)",
-        "",
-        f"Command: `{r['command']}` (from the repository root, with `.venv/bin/python`) · "
-        f"date {m['date_local']} · {m['cpu']} · {m['cores']} cores, shared "
-        f"({r['workers']} worker processes; load average at the start {r['load_at_start']}, "
-        f"at the end {m['load']}) · Python {m['python']} · run time "
-        f"{r['seconds'] / 60:.1f} min · code {m['code']}",
+        run_line(r),
         "",
         "Internal, non-DP statistics computed from the documents (PHEME is public research "
         "data). Method: module docstring of `benchmarks/dp_vi_threshold.py`. Release "
@@ -325,11 +338,8 @@ def render(r: dict[str, Any]) -> str:
         "(scipy.stats.binomtest). PHEME: k = 5, delta = 1e-5, document level; seeds "
         f"{seeds['pheme']}.",
         "",
-    ]
-    if r.get("summary_text"):
-        lines += [r["summary_text"].rstrip(), ""]
-    lines += [
-        "## PHEME",
+        *summary_text(r),
+        "### PHEME",
         "",
         "| total eps | threshold | V | z | NPMI | paired vs 2: NPMI | fewest top-10 above "
         "floor in a topic | no-signal topics | diversity | paired vs 2: held-out LL/token |",
@@ -366,39 +376,10 @@ def render(r: dict[str, Any]) -> str:
             f"{_m(s, 'npmi', '+.3f')} | {_m(s, 'min_above_floor', '.0f')} | "
             f"{_m(s, 'diversity', '.2f')} |"
         )
-    lines += ["", "### PHEME NPMI per seed", ""]
     ts = r["thresholds"]
-    lines += [
-        "| total eps | seed | V | " + " | ".join(f"threshold {t:g}" for t in ts) + " |",
-        "|---|---|---|" + "---|" * len(ts),
-    ]
-    for e in r["epsilons"]:
-        rows = {row["threshold"]: row["runs"] for row in r["pheme"] if row["epsilon"] == e}
-        for i, seed in enumerate(seeds["pheme"]):
-            v = rows[ts[0]][i].get("vocabulary", "-")
-            cells = [
-                "refused" if "failed" in rows[t][i] else f"{rows[t][i]['npmi']:+.3f}" for t in ts
-            ]
-            lines.append(f"| {e:g} | {seed} | {v} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Synthetic LDA (dp_vi_grid.SYNTHETIC; k = 5, one document per unit, same pipeline)",
-        "",
-        "Matched cosine to the true topics (estimate embedded in the full vocabulary, words M1 "
-        f"did not select at 0; higher is better); seeds {seeds['synthetic']}.",
-        "",
-        "| corpus | total eps | threshold | V | cosine to truth | paired vs 2: cosine | "
-        "NPMI | fewest top-10 above floor | no-signal topics |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in r["synthetic"]:
-        s, vs = row["summary"], row.get("vs_baseline", {})
-        lines.append(
-            f"| {row['corpus']} | {row['epsilon']:g} | {row['threshold']:g} | "
-            f"{_m(s, 'vocabulary', '.0f')} | {_m(s, 'cosine', '.3f')} | "
-            f"{_pair(vs.get('cosine'), '+.3f')} | {_m(s, 'npmi', '+.3f')} | "
-            f"{_m(s, 'min_above_floor', '.0f')} | {_m(s, 'no_signal', '.0f')} |"
-        )
+    lines += per_seed(r, "threshold", ts, [f"threshold {t:g}" for t in ts])
+    no_signal = ("no-signal topics", lambda row: _m(row["summary"], "no_signal", ".0f"))
+    lines += synthetic_table(r, "threshold", "2", no_signal)
     return "\n".join(lines) + "\n"
 
 

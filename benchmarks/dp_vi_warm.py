@@ -73,6 +73,7 @@ def at_scale(args: argparse.Namespace, arms: list[float]) -> dict[str, list[dict
 
 def pheme(seeds: int, epsilons: list[float], arms: list[float]) -> list[dict]:
     import dp_vi_grid as grid
+    import numba
     from dp_vi_grid import Evaluator, load_pheme, summary
     from dp_vi_threshold import KIND, PHEME, SEEDS, current_defaults, paired
 
@@ -81,6 +82,8 @@ def pheme(seeds: int, epsilons: list[float], arms: list[float]) -> list[dict]:
     cfg0 = current_defaults()
     cfgs = {w: {**cfg0, "warm_start": w} for w in arms}
     rows = []
+    threads = numba.get_num_threads()  # one replicate on one thread, as dp_vi_grid's workers
+    numba.set_num_threads(1)  # run it (set here: numba reads its environment once, at import)
     for e in epsilons:
         runs = {w: ev.configs(PHEME, "dp", e, [cfgs[w]], SEEDS[:seeds], KIND)[0] for w in arms}
         for w in arms:
@@ -89,6 +92,7 @@ def pheme(seeds: int, epsilons: list[float], arms: list[float]) -> list[dict]:
                 row["vs_first"] = {k: paired(runs[w], runs[arms[0]], k) for k in ("npmi", "loglik")}
             rows.append(row)
             print(f"[{time.strftime('%H:%M:%S')}] PHEME epsilon {e:g} warm_start={w:g}", flush=True)
+    numba.set_num_threads(threads)
     return rows
 
 

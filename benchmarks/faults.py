@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import at_start, save  # noqa: E402
+
 POINTS = [
     "after-reserve",
     "during-preprocess",
@@ -176,6 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    started = at_start()
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
@@ -193,36 +196,26 @@ def main() -> None:
                 ingests.append(concurrent_ingests(Path(d)))
             with tempfile.TemporaryDirectory() as d:
                 releases.append(concurrent_releases(Path(d)))
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next(
-        (ln.split(":", 1)[1].strip() for ln in cpuinfo if "model name" in ln),
-        platform.processor(),
-    )
     lines = [
-        "# Fault injection: kills, concurrency, recovery",
-        "",
-        f"Command: `python benchmarks/faults.py --repeats {args.repeats}`  ",
-        f"Machine: {cpu}, {os.cpu_count()} cores; date: {datetime.now(UTC).date()}",
-        "",
-        f"## {len(kills)} kills (SIGKILL at the named point), then `fdptm recover` and "
+        f"### {len(kills)} kills (SIGKILL at the named point), then `fdptm recover` and "
         "`fdptm release --resume`",
         "",
         *table(kills),
         "",
         f"All scenarios as expected: {all(k['ok'] for k in kills)}.",
         "",
-        "## Two `fdptm ingest` of one file at once (80 rows)",
+        "### Two `fdptm ingest` of one file at once (80 rows)",
         "",
         *table(ingests),
         "",
-        "## Two `fdptm release` at once under a cap that fits one",
+        "### Two `fdptm release` at once under a cap that fits one",
         "",
         *table(releases),
         "",
     ]
-    out = ROOT / "benchmarks" / "faults_results.md"
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
+    record = {"machine": started, "kills": kills, "ingests": ingests, "releases": releases}
+    title = "Fault injection: kills, concurrency, recovery"
+    print(save("faults_results", title, "\n".join(lines), record).read_text())
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 from harness import at_start, clean_env, fdptm, first_tweets, rounds, save  # noqa: E402
 
 TITLE = "Time to a release's first line and to a refusal"
+TARGETS = "a release's first line, and every refusal that needs no data, within 1 s (issue 27)"
 RELEASE = ["release", "--dataset", "small", "--epsilon", "3", "--delta", "1e-6", "--topics", "5"]
 ARMS = {
     "first line": ([], "ws"),

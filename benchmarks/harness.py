@@ -18,6 +18,7 @@ Every benchmark builds on these pieces instead of its own copy of them:
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -47,6 +48,7 @@ PACKAGES = (
     "tomotopy",
     "dp-accounting",
 )
+RESULTS_VAR = "FDPTM_BENCH_RESULTS"  # a folder for the results instead of benchmarks/
 T = TypeVar("T")
 
 
@@ -270,15 +272,56 @@ def at_start() -> dict:
     return machine() | {"command": command()}
 
 
-def _stem(name: str, out: str | Path | None) -> Path:
-    return Path(out) if out is not None else HERE / name
+def stem(name: str, out: str | Path | None = None) -> Path:
+    """Where ``save(name, ..., out)`` writes (without the suffix): ``out``, else
+    ``<$FDPTM_BENCH_RESULTS or benchmarks/>/<name>``; a ``--render`` reads the record there."""
+    if out is not None:
+        return Path(out)
+    return Path(os.environ.get(RESULTS_VAR) or HERE) / name
 
 
 def checkpoint(name: str, record: dict, out: str | Path | None = None) -> None:
-    """Write ``<out>.json`` alone: a long run's record so far, which a crash does not lose."""
-    _stem(name, out).with_suffix(".json").write_text(
-        json.dumps(record, indent=1, default=str) + "\n"
-    )
+    """Write ``<out>.json`` alone: a long run's record so far, which a crash does not lose
+    (written beside it and renamed over it, so a crash mid-write keeps the previous one)."""
+    path = stem(name, out).with_suffix(".json")
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    os.replace(partial, path)
+
+
+def filled(record: dict, start_load: object = None, end_load: object = None) -> dict:
+    """``record`` with the ``machine`` (and ``end``) keys ``save``'s header reads, for a
+    record written before the harness (a ``--render`` of it): what its machine lacks comes
+    from its top level (``command``, ``code``) or is marked unknown; the loads at the start
+    and the end are ``start_load`` and ``end_load`` (a number or /proc/loadavg's text; nan
+    when the record has none). A harness record is returned as it is."""
+    m = record["machine"]
+    if "versions" in m and "command" in m:
+        return record
+
+    def load(value: object) -> float:
+        try:
+            return float(str(value).split()[0])
+        except (ValueError, IndexError):
+            return math.nan
+
+    unknown = {"date": "?", "cpu": "?", "cores": "?", "python": "?"}
+    unknown["versions"] = {"package versions": "not recorded"}
+    told = {"code": record.get("code", "not recorded")}
+    told["command"] = record.get("command", "not recorded")
+    record["machine"] = unknown | told | m | {"load": load(start_load)}
+    record.setdefault("end", {"load": load(end_load)})
+    return record
+
+
+def one_thread() -> None:
+    """Numba, OpenMP and BLAS on one thread per process, unless the environment says
+    otherwise, and numba's fork-safe threading layer (GNU OpenMP dies in a forked worker).
+    For a benchmark run as a script, before anything imports numpy or numba: numba refuses
+    a thread count changed once its threads have started."""
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "forksafe")
 
 
 def save(
@@ -291,20 +334,21 @@ def save(
 ) -> Path:
     """Write a run: ``<out>.json`` is ``record``; ``<out>.md`` gains a dated section.
 
-    ``out`` defaults to ``benchmarks/<name>``. The section (``## Run of <date> (<cpu>)``, the
-    header line, then ``body``, whose own headings start at ``###``) goes under the file's
-    title and above the runs before it, which stay as they were with the notes written
-    about them; a file whose first section has no heading gets one (``## Earlier run``, its
-    headings one level down) so the two are not read as one. ``again`` replaces the newest
-    section instead (the same run's record rendered anew).
+    ``out`` defaults to ``benchmarks/<name>`` (``$FDPTM_BENCH_RESULTS/<name>`` when set: a
+    trial run that leaves the committed results alone). The section (``## Run of <date>
+    (<cpu>)``, the header line, then ``body``, whose own headings start at ``###``) goes
+    under the file's title and above the runs before it, which stay as they were with the
+    notes written about them; a file whose first section has no heading gets one (``##
+    Earlier run``, its headings one level down) so the two are not read as one. ``again``
+    replaces the newest section instead (the same run's record rendered anew).
     """
-    stem = _stem(name, out)
+    where = stem(name, out)
     m = record["machine"]
     ended = record.setdefault("end", machine())
     section = "\n".join(
         [f"## Run of {m['date']} ({m['cpu']})", "", header(m, ended), "", body.strip(), ""]
     )
-    md = stem.with_suffix(".md")
+    md = where.with_suffix(".md")
     earlier = ""
     if md.exists():
         text = md.read_text()
@@ -405,3 +449,19 @@ def train_dp_vi(corpus, phi, epsilon: float, seed: int | None = None, **options)
     wall = time.perf_counter() - begun
     cosine = matched_distance(estimate, phi).cosine
     return {"wall": wall, "cosine": cosine, "z": params.noise_multiplier}
+
+
+def pheme_corpus() -> tuple:
+    """PHEME's clean tweets (the paper's preprocessing) as token lists and as a ``Corpus``
+    over every word in them; empty tweets dropped."""
+    import numpy as np
+
+    from fdptm.mechanisms.lda import Corpus
+
+    texts = json.loads((SHARED / "pheme" / "pheme_clean.json").read_text())["text"]
+    docs = [d for d in (t.split() for t in texts) if d]
+    vocab = {w: i for i, w in enumerate(sorted({w for d in docs for w in d}))}
+    words = np.array([vocab[w] for d in docs for w in d], dtype=np.int32)
+    ptr = np.zeros(len(docs) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in docs])
+    return docs, Corpus(ptr, words, len(vocab))

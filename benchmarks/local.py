@@ -58,8 +58,18 @@ pa.set_cpu_count(1)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
-from utility import DELTA, Row, Runner, machine, score, write_json_texts  # noqa: E402
+from harness import at_start, checkpoint, filled, save, stem  # noqa: E402
+from utility import (  # noqa: E402
+    DELTA,
+    Row,
+    Runner,
+    Texts,
+    floor_listed,
+    score,
+    write_json_texts,
+)
+
+TITLE = "Local DP: LP-LDA and OLP-LDA (device speed, server speed, utility, Theorem 7)"
 
 RAW = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_raw.json"
 WORDFREQ = "wordfreq:en:20000"
@@ -456,17 +466,21 @@ def setup_split(raw: list[str], seed: int, tmp: Path, *, private_dataset: bool =
     }
 
 
-def _scored(phi: np.ndarray, words, reference, truth=None) -> dict:
-    return {k: float(v) for k, v in score(phi, list(words), reference, truth).items()}
+def _scored(phi: np.ndarray, words, reference, texts, truth=None) -> dict:
+    """``utility.score`` with the topics listed by the floor rule (these are not releases)."""
+    listed, signal = floor_listed(phi, words)
+    scores = score(phi, list(words), listed, signal, reference, texts, truth)
+    return {k: None if v is None else float(v) for k, v in scores.items()}
 
 
 def _record(
-    out: dict, seed: int, row: str, phi, seconds: float, words, reference, truth=None, **extra
-):
+    out: dict, seed: int, row: str, phi, seconds: float, words, reference, texts, truth=None,
+    **extra,
+):  # fmt: skip
     """Score one topic-word matrix (``truth``: the non-private CGS model to compare with) and
     append its record to part 3's records."""
     rec = {"seed": seed, "row": row, "seconds": seconds, **extra,
-           **_scored(phi, words, reference, truth)}  # fmt: skip
+           **_scored(phi, words, reference, texts, truth)}  # fmt: skip
     out["records"].append(rec)
     print(
         f"  seed={seed} {row}"
@@ -511,6 +525,7 @@ def part3(raw: list[str], seeds: list[int], iterations: int, dpvi: bool, result:
                 vocab, V = data["vocab"], data["vocab"].size
                 words = list(vocab.words)
                 reference = data["priv_tokens"].to_pylist()
+                texts = Texts(reference)  # gensim c_npmi's reference: the private 90%
                 truth, _, _ = _binary_corpus(data["priv_tokens"], vocab)
                 prior, _, _ = _binary_corpus(data["pub_tokens"], vocab)
                 out["splits"].append(
@@ -531,18 +546,19 @@ def part3(raw: list[str], seeds: list[int], iterations: int, dpvi: bool, result:
                 phi = train_cgs(truth, TOPICS, iterations, NoiseSource.create(seed),
                                 alpha=params.alpha, beta=params.beta)  # fmt: skip
                 took = _now() - start
-                _record(out, seed, "cgs", phi, took, words, reference, tokens=int(truth.n_tokens))
+                _record(out, seed, "cgs", phi, took, words, reference, texts,
+                        tokens=int(truth.n_tokens))  # fmt: skip
                 cgs = (phi, {w: i for i, w in enumerate(words)})
                 start = _now()
                 phi = train_cgs(truth, TOPICS, iterations, NoiseSource.create(seed + 100),
                                 alpha=params.alpha, beta=params.beta)  # fmt: skip
                 took = _now() - start
-                _record(out, seed, "cgs2", phi, took, words, reference, cgs,
+                _record(out, seed, "cgs2", phi, took, words, reference, texts, cgs,
                         tokens=int(truth.n_tokens))  # fmt: skip
                 start = _now()
                 state0, phi0 = online_start(prior, params, seed)
                 took = _now() - start
-                _record(out, seed, "public", phi0, took, words, reference, cgs,
+                _record(out, seed, "public", phi0, took, words, reference, texts, cgs,
                         tokens=prior.n_tokens)  # fmt: skip
                 for eps in WORD_EPSILONS:
                     flip = Flip.from_word_epsilon(eps)
@@ -554,7 +570,7 @@ def part3(raw: list[str], seeds: list[int], iterations: int, dpvi: bool, result:
                         phi = lp_lda(reports, V, flip, params, seed)
                     took = _now() - start
                     _record(
-                        out, seed, "lp-lda", phi, took, words, reference, cgs,
+                        out, seed, "lp-lda", phi, took, words, reference, texts, cgs,
                         word_epsilon=eps, tokens=timers.tokens,
                         document_epsilon=g["document_epsilon"],
                         realised_word_epsilon=g["word_epsilon"],
@@ -571,7 +587,7 @@ def part3(raw: list[str], seeds: list[int], iterations: int, dpvi: bool, result:
                                 )
                             took = _now() - start
                             _record(
-                                out, seed, name, phi, took, words, reference, cgs,
+                                out, seed, name, phi, took, words, reference, texts, cgs,
                                 word_epsilon=eps, batch=batch, batch_reports=len(part),
                                 tokens=timers.tokens, omega=est.omega, sigma2=est.sigma2,
                                 document_epsilon=g["document_epsilon"],
@@ -587,7 +603,8 @@ def part3(raw: list[str], seeds: list[int], iterations: int, dpvi: bool, result:
                     )  # fmt: skip
                     rec = runner.release(
                         "local", row, data["workspace"], "priv", epsilon=CENTRAL_EPSILON,
-                        topics=TOPICS, seed=seed, reference=reference, truth=cgs,
+                        topics=TOPICS, rep=seed, reference=reference, texts=texts, truth=cgs,
+                        seed=seed,
                     )  # fmt: skip
                     rec = dict(rec)
                     released = rec.pop("words", None)
@@ -761,7 +778,7 @@ def render_part1(p: dict) -> list[str]:
     }  # fmt: skip
     g = p["guarantees"]
     lines = [
-        "## 1. Device: randomising 1,000,000 documents over 5,000 public words (one core)",
+        "### 1. Device: randomising 1,000,000 documents over 5,000 public words (one core)",
         "",
         f"Documents: the {p['pheme_documents']:,} PHEME tweets of `pheme_raw.json` after PRE "
         f"(`fdptm.pre.tokenize`, {p['pheme_tokens_per_doc']:.2f} tokens per tweet), cycled to "
@@ -839,7 +856,7 @@ def render_part2(p: dict) -> list[str]:
     funcs = first.get("counting_functions", ["column_counts"])
     calls = first["counting_calls"]
     lines = [
-        "## 2. Server: LP-LDA next to non-private CGS",
+        "### 2. Server: LP-LDA next to non-private CGS",
         "",
         f"{p['reports']:,} reports from part 1 (V = {p['vocabulary']:,}, the last repetition's "
         f"reports at each epsilon), `lp_lda` with `LocalParams(topics={TOPICS}, "
@@ -924,7 +941,7 @@ def render_part3(p: dict) -> list[str]:
         else f" (omega {omega:g})"
     )
     lines = [
-        "## 3. Utility on PHEME (k = 5)",
+        "### 3. Utility on PHEME (k = 5)",
         "",
         f"Per seed ({', '.join(map(str, seeds))}): `benchmarks/utility.py`'s target-2 split "
         f"of the {sp[0]['public'] + sp[0]['private']:,} raw tweets, a random 10% "
@@ -1055,7 +1072,7 @@ def render_part4(p: dict) -> list[str]:
     if not p.get("by_epsilon"):
         return []
     lines = [
-        "## 4. Eq. 8's variance and Theorem 7, measured",
+        "### 4. Eq. 8's variance and Theorem 7, measured",
         "",
         f"One fixed dataset: the private 90% of seed 0's split ({p['reports']:,} tweets) "
         f"encoded over that split's {p['vocabulary']:,}-word public vocabulary "
@@ -1162,7 +1179,7 @@ def _median_of(recs: list[dict], key: str) -> float | None:
 
 def render_summary(result: dict) -> list[str]:
     """One line per part, from the numbers below (details in each part)."""
-    lines = ["## Summary", ""]
+    lines = ["### Summary", ""]
     p1 = result.get("part1")
     if p1:
         runs = p1["runs"]
@@ -1269,11 +1286,9 @@ def render(result: dict) -> str:
     m = result["machine"]
     runs = _runs(result)
     lines = [
-        "# Local DP: LP-LDA and OLP-LDA (device speed, server speed, utility, Theorem 7)",
-        "",
-        f"Machine: {m['cpu']} · {m['cores']} cores (shared with other jobs) · Python "
-        f"{m['python']} · numba {result['numba']} with NUMBA_NUM_THREADS="
-        f"{result['numba_threads']}, pyarrow CPU pool {result['pyarrow_threads']} thread",
+        f"{m['cores']} cores shared with other jobs · numba {result['numba']} with "
+        f"NUMBA_NUM_THREADS={result['numba_threads']}, pyarrow CPU pool "
+        f"{result['pyarrow_threads']} thread",
         "",
     ]
     for run in runs:
@@ -1317,72 +1332,62 @@ def main() -> None:
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",")}
     partial_run = args.quick or parts != {"1", "2", "3", "4"} or args.reports is not None
-    stem = args.out or (
-        Path(tempfile.gettempdir()) / "fdptm-local-quick"
-        if partial_run and not args.update
-        else HERE / "local"
-    )
-    md_out, json_out = stem.with_suffix(".md"), stem.with_suffix(".json")
-    if args.render:
-        md_out.write_text(render(json.loads(json_out.read_text())) + "\n")
-        print(md_out.read_text())
+    if args.render:  # the newest run of local.md again, from its record
+        record = json.loads(stem("local", args.out).with_suffix(".json").read_text())
+        md = save("local", TITLE, render(filled(record)), record, args.out, again=True)
+        print(md.read_text())
         return
+    quick = Path(tempfile.gettempdir()) / "fdptm-local-quick"
+    out = args.out or (quick if partial_run and not args.update else None)
+    earlier = stem("local", out).with_suffix(".json")
     import numba
 
-    command = "python benchmarks/local.py" + (" --quick" if args.quick else "")
-    if parts != {"1", "2", "3", "4"}:
-        command += f" --parts {args.parts}"
-    if args.reports is not None:
-        command += f" --reports {args.reports}"
-    if args.update:
-        command += " --update"
-    code = code_version()
+    started = at_start()
     result: dict[str, Any] = {}
-    if args.update and json_out.exists():
-        result = json.loads(json_out.read_text())
+    if args.update and earlier.exists():  # its other parts, in a new section of local.md
+        result = json.loads(earlier.read_text())
         result["runs"] = _runs(result)
+        result.pop("end", None)
     result.update(
-        machine=machine(),
+        machine=started,
         numba=numba.__version__,
         numba_threads=numba.config.NUMBA_NUM_THREADS,
         pyarrow_threads=pa.cpu_count(),
     )
     run = {
-        "command": command,
-        "code": code,
-        "date": result["machine"]["date"],
+        "command": started["command"],
+        "code": started["code"],
+        "date": started["date"],
         "parts": ",".join(sorted(parts)),
         "minutes": 0.0,
     }
     result.setdefault("runs", []).append(run)
-    result["command"], result["code"] = command, code
     start = _now()
 
-    def save() -> None:
+    def save_part() -> None:  # the record so far: a later part's crash loses nothing
         run["minutes"] = (_now() - start) / 60
-        json_out.write_text(json.dumps(result, indent=1, default=float) + "\n")
-        md_out.write_text(render(result) + "\n")
+        checkpoint("local", result, out)
 
     raw = json.loads(RAW.read_text())["text"]
     repeats = 1 if args.quick else 3
     seeds = [0] if args.quick else [0, 1, 2]
     if "1" in parts or "2" in parts:
         device = part1(raw, args.quick, repeats, result)
-        save()
+        save_part()
         if "2" in parts:
             n_reports = args.reports or (100_000 if args.quick else DEVICE_DOCS)
             part2(device, n_reports, repeats, 50 if args.quick else ITERATIONS, result)
-            save()
+            save_part()
         del device
     if "3" in parts:
         print("part 3: utility on PHEME", flush=True)
         part3(raw, seeds, ITERATIONS, True, result)
-        save()
+        save_part()
     if "4" in parts:
         part4(raw, 50 if args.quick else 200, result)
-        save()
-    print(md_out.read_text())
-    print(f"wrote {md_out} and {json_out}", flush=True)
+        save_part()
+    run["minutes"] = (_now() - start) / 60
+    print(save("local", TITLE, render(result), result, out).read_text())
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ Each row is a real release on PHEME (``../shared/data/pheme/pheme_clean.json``, 
 document level, k = 5, delta = 1e-5) through ``benchmarks/utility.py``'s ``Runner`` (the
 release flow inside one Prefect test harness, the release read back and scored with
 ``fdptm.evaluation``): the default request (``dp-vi``, M1 DP set union at m1_fraction 0.5)
-with ``set_union_policy`` set to each policy, at epsilon 1 and 3, seeds 0, 1, 2 (seeded:
-TEST runs with the production noise distributions). Scores are the utility benchmark's:
-NPMI against the corpus, words above the row's floor, vocabulary size.
+with ``set_union_policy`` set to each policy, at epsilon 1 and 3, seeds 0, 1, 2 (seeded,
+``Runner.release(..., seed=s)``: TEST runs with the production noise distributions).
+Scores are the utility benchmark's: NPMI against the corpus, words above the row's floor,
+vocabulary size.
 """
 
 from __future__ import annotations
@@ -27,18 +28,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from backfill import code_version  # noqa: E402
+from harness import at_start, save  # noqa: E402
 from utility import (  # noqa: E402
     DELTA,
     PHEME,
     PHEME_TOPICS,
     Row,
     Runner,
+    Texts,
     _preprocess,
-    machine,
     write_json_texts,
 )
 
+TITLE = "DP set union's policies on PHEME releases (k = 5, dp-vi defaults)"
 POLICIES = ("weighted", "policy-gaussian", "uniform-laplace", "uniform-gaussian")
 EPSILONS = (1.0, 3.0)
 
@@ -49,8 +51,10 @@ def run(seeds: int) -> dict:
     from fdptm.storage.workspace import Workspace
     from fdptm.tasks.ingest import ingest
 
+    started = at_start()
     raw = json.loads(PHEME.read_text())["text"]
     tokens = _preprocess(raw)
+    texts = Texts(tokens)
     runner = Runner()
     start = time.perf_counter()
     harness = prefect_test_harness(server_startup_timeout=180)
@@ -63,14 +67,13 @@ def run(seeds: int) -> dict:
                     row = Row(policy, policy, {"set_union_policy": policy})
                     runner.release(
                         "m1", row, workspace, "pheme",
-                        epsilon=eps, topics=PHEME_TOPICS, seed=seed, reference=tokens,
+                        epsilon=eps, topics=PHEME_TOPICS, rep=seed, reference=tokens,
+                        texts=texts, seed=seed,
                     )  # fmt: skip
     for record in runner.records:
         record.pop("words", None)
     return {
-        "command": "python benchmarks/m1_uniform.py" + ("" if seeds == 3 else f" --seeds {seeds}"),
-        "machine": machine(),
-        "code": code_version(),
+        "machine": started,
         "delta": DELTA,
         "minutes": (time.perf_counter() - start) / 60,
         "records": runner.records,
@@ -78,16 +81,10 @@ def run(seeds: int) -> dict:
 
 
 def render(result: dict) -> str:
-    m = result["machine"]
     lines = [
-        "# DP set union's policies on PHEME releases (k = 5, dp-vi defaults)",
-        "",
-        f"Command: `{result['command']}` · {m['date']} · {m['cpu']} · {m['cores']} cores · "
-        f"Python {m['python']} · code {result['code']} · {result['minutes']:.1f} min",
-        "",
-        "Medians over seeds (min-max in brackets); delta = 1e-5; M1 gets half the budget "
-        "(the default m1_fraction 0.5). `failed` counts releases whose DP vocabulary was "
-        "smaller than k (M2 refunded).",
+        f"Run time {result['minutes']:.1f} min. Medians over seeds (min-max in brackets); "
+        "delta = 1e-5; M1 gets half the budget (the default m1_fraction 0.5). `failed` "
+        "counts releases whose DP vocabulary was smaller than k (M2 refunded).",
         "",
         "| epsilon | policy | releases | failed | vocabulary | NPMI | words above floor |",
         "|---|---|---|---|---|---|---|",
@@ -116,12 +113,10 @@ def render(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=HERE / "m1_uniform")
+    parser.add_argument("--out", help="output stem (default benchmarks/m1_uniform)")
     args = parser.parse_args()
     result = run(args.seeds)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    args.out.with_suffix(".md").write_text(render(result))
-    print(render(result))
+    print(save("m1_uniform", TITLE, render(result), result, args.out).read_text())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import os
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -28,7 +27,9 @@ from pathlib import Path  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import _pheme_corpus, machine  # noqa: E402
+from harness import at_start, pheme_corpus, save  # noqa: E402
+
+TITLE = "M2 mechanism benchmarks"
 
 REPEATS = 3
 
@@ -89,7 +90,7 @@ def dp_vi() -> list[dict]:
         "synthetic (20,000 docs, 100 tokens, V = 2,000)": generate_lda(
             20_000, 2000, 20, doc_length=100, seed=0
         ).corpus,
-        "PHEME clean (5,698 tweets)": _pheme_corpus()[1],
+        "PHEME clean (5,698 tweets)": pheme_corpus()[1],
     }
     rows = []
     iterations = 10
@@ -113,7 +114,7 @@ def gibbs() -> list[dict]:
     from fdptm.mechanisms.lda import train_cgs
     from fdptm.privacy.noise import NoiseSource
 
-    corpus = _pheme_corpus()[1]
+    corpus = pheme_corpus()[1]
     iterations = 100
     rows = []
     for k in (5, 20):
@@ -131,30 +132,26 @@ def gibbs() -> list[dict]:
 def topicdp() -> dict:
     from fdptm.privacy.noise import NoiseSource
 
-    corpus = _pheme_corpus()[1]
+    corpus = pheme_corpus()[1]
     m, params = _mechanism("topicdp", 5.0, 1e-5, 5, 100)
     seconds = _best(lambda: m.train(corpus, 5, params, NoiseSource.create(3)), repeats=1)
     return {"k": 5, "iterations": 100, "trainings": params.trainings, "seconds": seconds}
 
 
 def render(r: dict) -> str:
-    m = r["machine"]
     s = r["spectral"]
     t = r["topicdp"]
     lines = [
-        "# M2 mechanism benchmarks",
+        "One core used (NUMBA_NUM_THREADS=1, OMP/OPENBLAS threads 1).",
         "",
-        f"Command: `python benchmarks/m2.py` · date {m['date']} · {m['cpu']} · "
-        f"{m['cores']} cores (one used) · Python {m['python']}",
-        "",
-        "## spectral: 100,000 synthetic documents, V = 2,000, k = 10 (target < 60 s)",
+        "### spectral: 100,000 synthetic documents, V = 2,000, k = 10 (target < 60 s)",
         "",
         "| documents | tokens | epsilon | seconds (best of 3) | matched cosine to truth |",
         "|---|---|---|---|---|",
         f"| {s['documents']:,} | {s['tokens']:,} | {s['epsilon']:g} | {s['seconds']:.1f} | "
         f"{s['cosine_to_truth']:.3f} |",
         "",
-        "## dp-vi at k = 20 (target >= 1 M tokens/s/iteration)",
+        "### dp-vi at k = 20 (target >= 1 M tokens/s/iteration)",
         "",
         "| corpus | tokens | iterations | seconds | M tokens/s/iteration |",
         "|---|---|---|---|---|",
@@ -166,7 +163,7 @@ def render(r: dict) -> str:
         )
     lines += [
         "",
-        "## Gibbs-based mechanisms on PHEME clean (M token-samples/s, 100 iterations)",
+        "### Gibbs-based mechanisms on PHEME clean (M token-samples/s, 100 iterations)",
         "",
         "| k | non-private CGS | hdp-lda | zhu | cdp-lda | cdp-lda-plus |",
         "|---|---|---|---|---|---|",
@@ -178,7 +175,7 @@ def render(r: dict) -> str:
         )
     lines += [
         "",
-        "## topicdp on PHEME clean, k = 5, 100 CGS iterations per training",
+        "### topicdp on PHEME clean, k = 5, 100 CGS iterations per training",
         "",
         "| trainings (gamma = 0.1) | seconds |",
         "|---|---|",
@@ -190,15 +187,13 @@ def render(r: dict) -> str:
 
 def main() -> None:
     results = {
-        "machine": machine(),
+        "machine": at_start(),
         "spectral": spectral(),
         "dp_vi": dp_vi(),
         "gibbs": gibbs(),
         "topicdp": topicdp(),
     }
-    (HERE / "m2_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "m2_results.md").write_text(render(results))
-    print(render(results))
+    print(save("m2_results", TITLE, render(results), results).read_text())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE))
 from harness import at_start, rounds, save  # noqa: E402
 
 TITLE = "dp-vi's M2 time against another checkout"
+NEEDS = "--baseline, another checkout's directory"
 
 TRAIN = """
 import json, sys, time

@@ -20,7 +20,6 @@ Numba runs on one thread, as in benchmarks/m2.py.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-from harness import compare  # noqa: E402
+from harness import at_start, compare, pheme_corpus, save  # noqa: E402
 from m2 import _mechanism  # noqa: E402  (sets the single-thread numba environment first)
-from run import _pheme_corpus, machine  # noqa: E402
 
 from fdptm.parallel import workers  # noqa: E402
 from fdptm.privacy.noise import (  # noqa: E402
@@ -45,7 +43,7 @@ ROUNDS = 3
 TOPICS = 5
 ITERATIONS = 20
 SIZES = (100_000, 1_000_000)
-COMMAND = "python benchmarks/noise.py"
+TITLE = "Floating-point-safe noise: cost"
 
 
 def interleaved(variants: dict[str, Callable[[], object]]) -> dict[str, float]:
@@ -98,7 +96,7 @@ def generators() -> list[dict]:
 
 
 def trainings() -> list[dict]:
-    corpus = _pheme_corpus()[1]
+    corpus = pheme_corpus()[1]
     rows = []
     for name in ("dp-vi", "hdp-lda"):
         epsilon = 5.0 if name == "dp-vi" else 400.0
@@ -137,40 +135,28 @@ def _table(rows: list[dict], secure: str, seeded: str, per_second: bool) -> list
     return lines
 
 
-def render(
-    info: dict, load: tuple[float, float], raw: list[dict], gens: list[dict], runs: list[dict]
-) -> str:
+def render(raw: list[dict], gens: list[dict], runs: list[dict]) -> str:
     from importlib.metadata import version
 
-    # GNU nproc honours OMP_NUM_THREADS, which benchmarks/m2.py sets to 1 for numba
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True, env=env).stdout.strip()
-    date = subprocess.run(["date"], capture_output=True, text=True).stdout.strip()
     return "\n".join(
         [
-            "# Floating-point-safe noise: cost",
-            "",
-            f"Command: `{COMMAND}` · `date`: {date} · `nproc`: {nproc} · CPU: {info['cpu']} · "
-            f"Python {info['python']} · opendp {version('opendp')} · randomgen "
-            f"{version('randomgen')} · numpy {info['versions']['numpy']}",
-            "",
+            f"opendp {version('opendp')} · randomgen {version('randomgen')}. "
             f"Medians of {ROUNDS} interleaved rounds (the variants alternate, the order "
             "rotating every round) on a shared machine. `add_laplace`/`add_gaussian` noise "
             f"vectors of 2 x 2^12 entries or more on {workers()} worker threads (one per usable "
             "core); 'one thread' is a single OpenDP call on the whole vector. Numba runs on "
-            "one thread. 'ratio' is the first time over the second. Load average (1 min) "
-            f"from other users: {load[0]:.2f} at the start, {load[1]:.2f} at the end; worker "
-            "threads only pay when a core is free.",
+            "one thread. 'ratio' is the first time over the second; worker threads only pay "
+            "when a core is free.",
             "",
-            "## Raw throughput of add_laplace / add_gaussian",
+            "### Raw throughput of add_laplace / add_gaussian",
             "",
             *_table(raw, "OpenDP", "seeded numpy", True),
             "",
-            "## The generator for everything that is not additive noise",
+            "### The generator for everything that is not additive noise",
             "",
             *_table(gens, "CSPRNG", "PCG64", False),
             "",
-            "## Whole trainings: the unseeded release path against the seeded test path",
+            "### Whole trainings: the unseeded release path against the seeded test path",
             "",
             *_table(runs, "OpenDP + ChaCha20", "seeded numpy", False),
             "",
@@ -179,11 +165,10 @@ def render(
 
 
 def main() -> None:
-    info, start = machine(), os.getloadavg()[0]
-    raw, gens, runs = throughput(), generators(), trainings()
-    text = render(info, (start, os.getloadavg()[0]), raw, gens, runs)
-    (HERE / "noise_results.md").write_text(text)
-    print(text)
+    record = {"machine": at_start()}
+    record |= {"raw": throughput(), "generators": generators(), "trainings": trainings()}
+    body = render(record["raw"], record["generators"], record["trainings"])
+    print(save("noise_results", TITLE, body, record).read_text())
 
 
 if __name__ == "__main__":

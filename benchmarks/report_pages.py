@@ -38,12 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import machine  # noqa: E402
+from harness import at_start, save  # noqa: E402
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
 WIDTH, HEIGHT = 1280, 1600  # the viewport, CSS pixels; the page is then grown to its height
 MAX_HEIGHT = 6000  # a taller page is cut there (said in the table)
 TIMEOUT_MS = 60_000  # for the page to load, or a script to answer
+NEEDS = 'pip install -e ".[bench]" (PyQt6, PyQt6-WebEngine)'
 
 # Headless Chromium inside Qt: no display, no GPU, no sandbox (root). Set before Qt loads.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -221,6 +222,7 @@ def main() -> None:
     import fdptm
 
     start = time.perf_counter()
+    started = at_start()
     with tempfile.TemporaryDirectory() as tmp:
         ws = fdptm.Workspace(Path(tmp) / "ws")
         lee = ws.dataset("lee")
@@ -245,15 +247,9 @@ def main() -> None:
             or shot["grey_std"] < 5
         ):
             raise SystemExit(f"rendering check failed: {shot}")
-    m = machine()
     lines = [
-        "# The release and audit reports, rendered in a browser",
-        "",
-        f"Command: `python benchmarks/report_pages.py` · date {m['date']} · {m['cpu']} · "
-        f"{m['cores']} cores · Python {m['python']} · run time "
-        f"{time.perf_counter() - start:.0f} s",
-        "",
-        f"Browser: {engine}, headless (Qt's offscreen platform, software rendering), from the "
+        f"Run time {time.perf_counter() - start:.0f} s. Browser: {engine}, headless (Qt's "
+        "offscreen platform, software rendering), from the "
         f"PyPI wheels PyQt6 and PyQt6-WebEngine; user agent `{agent}`. Each page is opened "
         f"from disk and screenshot in full at {WIDTH} CSS pixels wide (cut at {MAX_HEIGHT}). "
         "Images: `<img>` tags in the HTML; missing: their files not on disk; unloaded: not "
@@ -272,8 +268,9 @@ def main() -> None:
         ],
         "",
     ]
-    (HERE / "report_pages.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    record = {"machine": started, "shots": shots}
+    title = "The release and audit reports, rendered in a browser"
+    print(save("report_pages", title, "\n".join(lines), record).read_text())
 
 
 if __name__ == "__main__":

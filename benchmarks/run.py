@@ -16,32 +16,18 @@ Measures, in one run on one machine:
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from harness import PHEME_RAW, SHARED, at_start, clean_env, fdptm, measure, save
+from harness import PHEME_RAW, at_start, clean_env, fdptm, measure, pheme_corpus, save
 
 HERE = Path(__file__).resolve().parent
 ITERATIONS = 200
 REPEATS = 3
-
-
-def _pheme_corpus():
-    from fdptm.mechanisms.lda import Corpus
-
-    docs = [
-        d.split() for d in json.loads((SHARED / "pheme" / "pheme_clean.json").read_text())["text"]
-    ]
-    docs = [d for d in docs if d]
-    vocab = {w: i for i, w in enumerate(sorted({w for d in docs for w in d}))}
-    words = np.array([vocab[w] for d in docs for w in d], dtype=np.int32)
-    ptr = np.zeros(len(docs) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(d) for d in docs])
-    return docs, Corpus(ptr, words, len(vocab))
+NEEDS = 'pip install -e ".[bench]" (tomotopy)'
 
 
 def _best(fn) -> float:
@@ -59,7 +45,7 @@ def throughput() -> list[dict]:
     from fdptm.mechanisms.lda import hdp_lda_params, train_cgs, train_hdp_lda
     from fdptm.privacy.noise import NoiseSource
 
-    docs, corpus = _pheme_corpus()
+    docs, corpus = pheme_corpus()
     rows = []
     for k in (5, 20):
         train_cgs(corpus, k, 2, NoiseSource.create(0))  # compile outside the timing

@@ -62,9 +62,6 @@ public research data).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -74,29 +71,32 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")
+if __name__ == "__main__":  # one thread a worker, before numpy and numba load (see dp_vi_grid)
+    from harness import one_thread
+
+    one_thread()
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(HERE))
-
-import fdptm  # noqa: E402
-
-if Path(fdptm.__file__).resolve().parent == ROOT / "fdptm":
-    # fdptm.tasks lives beside fdptm/ (pyproject's package-dir); an editable install maps
-    # it to its own checkout, so look in this one first (as dp_vi_threshold.py does).
-    fdptm.__path__.append(str(ROOT))
+sys.path.insert(0, str(HERE))
 
 import dp_vi_grid as grid  # noqa: E402
-import dp_vi_threshold as thr  # noqa: E402
+import dp_vi_threshold as thr  # noqa: E402  (it puts this checkout's fdptm first)
 import numpy as np  # noqa: E402
-from dp_vi_grid import SYNTHETIC, load_pheme, load_synthetic, run_spec, summary  # noqa: E402
-from dp_vi_threshold import KIND, current_defaults, paired  # noqa: E402
+from dp_vi_grid import SYNTHETIC, _m, load, run_spec  # noqa: E402
+from dp_vi_threshold import (  # noqa: E402
+    KIND,
+    _pair,
+    compared,
+    current_defaults,
+    earlier_summary,
+    paired,
+    per_seed,
+    summary_text,
+    synthetic_table,
+)
 
-OUT = HERE / "tune"
+TITLE = "`--tune` (private hyper-parameter selection for dp-vi) vs the untuned defaults"
 EPSILONS = (1.0, 3.0, 10.0)
 SEEDS = tuple(range(500, 508))
 SYNTHETIC_SEEDS = (500, 501, 502, 503)
@@ -258,35 +258,20 @@ def budget(epsilon: float, cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="epsilon 3, 2 seeds, one corpus")
+    ap = grid.options(__doc__, "epsilon 3, 2 seeds, one corpus")
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="PHEME seeds (from 500)")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--out", default=str(OUT), help="output stem (+ _results.md / .json)")
-    ap.add_argument("--render", action="store_true", help="re-render the .md from the .json")
-    args = ap.parse_args()
-    out_md, out_json = Path(args.out + "_results.md"), Path(args.out + "_results.json")
-    if args.render:
-        out_md.write_text(render(json.loads(out_json.read_text())))
-        return
-    started = time.perf_counter()
+    run = grid.Run(ap, "tune", TITLE, render)
+    args, log = run.args, run.log
     check_checkout()
-    at_start = thr.machine()
     cfg = current_defaults()
     epsilons = (3.0,) if args.quick else EPSILONS
     seeds = SEEDS[: 2 if args.quick else args.seeds]
     syn_seeds = SYNTHETIC_SEEDS[:1] if args.quick else SYNTHETIC_SEEDS
     corpora = list(SYNTHETIC)[:1] if args.quick else list(SYNTHETIC)
     arms = list(ARMS)
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:7.1f}s] {msg}", flush=True)
-
     budgets = [row for e in epsilons for row in budget(e, cfg)]
     log(f"calibrated {len(budgets)} (epsilon, arm) pairs, cold")
-    grid._DATA[PHEME] = load_pheme()
-    for c in corpora:
-        grid._DATA[c] = load_synthetic(c)
+    load(corpora)
     log(f"data ready; defaults {cfg}")
     for arm in (UNTUNED, "tune, mean 2"):  # JIT-compile the kernels once, before the fork,
         _job((PHEME, arm, 10.0, cfg, WARMUP_SEED))  # so no arm's timing pays for it
@@ -300,21 +285,12 @@ def main() -> None:
     pheme = []
     for e in epsilons:
         runs = {a: [res[(PHEME, a, e, s)] for s in seeds] for a in arms}
-        for a in arms:
-            row: dict[str, Any] = {
-                "epsilon": e,
-                "arm": a,
-                "runs": runs[a],
-                "summary": summary(runs[a]),
-                "timing": timing(runs[a], runs[UNTUNED]),
-            }
-            if a != UNTUNED:
-                row["vs_untuned"] = {
-                    k: paired(runs[a], runs[UNTUNED], k) for k in ("npmi", "loglik")
-                }
-                row["chosen"] = chosen_counts(runs[a])
-                row["chosen_iterations"] = marginal_counts(runs[a], "iterations")
-                row["chosen_threshold"] = marginal_counts(runs[a], "threshold")
+        for row in compared(runs, UNTUNED, ("npmi", "loglik"), "arm", "vs_untuned", epsilon=e):
+            row["timing"] = timing(row["runs"], runs[UNTUNED])
+            if row["arm"] != UNTUNED:
+                row["chosen"] = chosen_counts(row["runs"])
+                row["chosen_iterations"] = marginal_counts(row["runs"], "iterations")
+                row["chosen_threshold"] = marginal_counts(row["runs"], "threshold")
             pheme.append(row)
 
     jobs = [(c, a, e, cfg, s) for c in corpora for e in epsilons for s in syn_seeds for a in arms]
@@ -324,48 +300,27 @@ def main() -> None:
     for c in corpora:
         for e in epsilons:
             runs = {a: [res[(c, a, e, s)] for s in syn_seeds] for a in arms}
-            for a in arms:
-                row = {
-                    "corpus": c,
-                    "epsilon": e,
-                    "arm": a,
-                    "runs": runs[a],
-                    "summary": summary(runs[a]),
-                    "timing": timing(runs[a], runs[UNTUNED]),
-                }
-                if a != UNTUNED:
-                    row["vs_untuned"] = {"cosine": paired(runs[a], runs[UNTUNED], "cosine")}
-                    row["chosen"] = chosen_counts(runs[a])
+            rows = compared(runs, UNTUNED, ("cosine",), "arm", "vs_untuned", corpus=c, epsilon=e)
+            for row in rows:
+                row["timing"] = timing(row["runs"], runs[UNTUNED])
+                if row["arm"] != UNTUNED:
+                    row["chosen"] = chosen_counts(row["runs"])
                 synthetic.append(row)
     if pool:
         pool.shutdown()
 
-    command = "python benchmarks/tune.py" + (" --quick" if args.quick else "")
-    if not args.quick and args.seeds != len(SEEDS):
-        command += f" --seeds {args.seeds}"
-    end = thr.machine()
     result = {
-        "command": command,
-        "machine": {**end, **{k: at_start[k] for k in ("code", "commit", "date")}},
-        "date_local_start": at_start["date_local"],
-        "load_at_start": at_start["load"],
-        "seconds": time.perf_counter() - started,
-        "workers": args.workers,
         "defaults": cfg,
         "arms": ARMS,
         "extra_arms": list(EXTRA_ARMS),
         "epsilons": list(epsilons),
         "seeds": {"pheme": list(seeds), "synthetic": list(syn_seeds)},
-        "summary_text": None,
+        "summary_text": earlier_summary(run),
         "budget": budgets,
         "pheme": pheme,
         "synthetic": synthetic,
     }
-    if out_json.exists() and not args.quick:  # keep a hand-written summary across re-runs
-        result["summary_text"] = json.loads(out_json.read_text()).get("summary_text")
-    out_json.write_text(json.dumps(result, indent=1, default=str))
-    out_md.write_text(render(result))
-    log(f"wrote {out_md} and {out_json}")
+    run.save(result)
 
 
 # ---------------------------------------------------------------------------------------
@@ -377,18 +332,11 @@ def _counts(c: dict[str, int] | None) -> str:
 
 
 def render(r: dict[str, Any]) -> str:
-    m = r["machine"]
     seeds = r["seeds"]
     d = r["defaults"]
     arms = list(r["arms"])
     lines = [
-        "# `--tune` (private hyper-parameter selection for dp-vi) vs the untuned defaults",
-        "",
-        f"Command: `{r['command']}` · date {m['date_local']} · "
-        f"{m['cpu']} · {m['cores']} cores, shared with another benchmark ({r['workers']} "
-        f"worker processes; load average at the start {r['load_at_start']}, at the end "
-        f"{m['load']}) · Python {m['python']} · run time {r['seconds'] / 60:.1f} min · code "
-        f"{m['code']}",
+        grid.run_line(r),
         "",
         "Internal, non-DP statistics computed from the documents (PHEME is public research "
         "data). Method: module docstring of `benchmarks/tune.py`. Release pipeline (M1, SAN, "
@@ -409,10 +357,9 @@ def render(r: dict[str, Any]) -> str:
         f"document level; seeds {seeds['pheme']}.",
         "",
     ]
-    if r.get("summary_text"):
-        lines += [r["summary_text"].rstrip(), ""]
     lines += [
-        "## Budget: what one trial gets",
+        *summary_text(r),
+        "### Budget: what one trial gets",
         "",
         "| total eps | arm | M2 eps | eps of one trial alone | zCDP rho per trial | rho vs "
         "untuned | z by T | calibration s (cold) |",
@@ -427,7 +374,7 @@ def render(r: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "## PHEME",
+        "### PHEME",
         "",
         "| total eps | arm | V | NPMI | paired vs untuned: NPMI | fewest top-10 above floor "
         "in a topic | no-signal topics | diversity | held-out LL/token | paired vs untuned: "
@@ -438,11 +385,11 @@ def render(r: dict[str, Any]) -> str:
         s, vs = row["summary"], row.get("vs_untuned", {})
         name = f"**{row['arm']}**" if row["arm"] == UNTUNED else row["arm"]
         lines.append(
-            f"| {row['epsilon']:g} | {name} | {thr._m(s, 'vocabulary', '.0f')} | "
-            f"{thr._m(s, 'npmi', '+.3f')} | {thr._pair(vs.get('npmi'), '+.3f')} | "
-            f"{thr._m(s, 'min_above_floor', '.0f')} | {thr._m(s, 'no_signal', '.0f')} | "
-            f"{thr._m(s, 'diversity', '.2f')} | {thr._m(s, 'loglik', '.3f')} | "
-            f"{thr._pair(vs.get('loglik'), '+.4f')} |"
+            f"| {row['epsilon']:g} | {name} | {_m(s, 'vocabulary', '.0f')} | "
+            f"{_m(s, 'npmi', '+.3f')} | {_pair(vs.get('npmi'), '+.3f')} | "
+            f"{_m(s, 'min_above_floor', '.0f')} | {_m(s, 'no_signal', '.0f')} | "
+            f"{_m(s, 'diversity', '.2f')} | {_m(s, 'loglik', '.3f')} | "
+            f"{_pair(vs.get('loglik'), '+.4f')} |"
         )
     lines += ["", "Tuned arms against each other (paired NPMI, same seeds):", ""]
     for e in r["epsilons"]:
@@ -454,11 +401,11 @@ def render(r: dict[str, Any]) -> str:
             if a in rows and b in rows:
                 lines.append(
                     f"- total epsilon {e:g}, {a} - {b}: "
-                    f"{thr._pair(paired(rows[a], rows[b], 'npmi'), '+.3f')}"
+                    f"{_pair(paired(rows[a], rows[b], 'npmi'), '+.3f')}"
                 )
     lines += [
         "",
-        "### Configurations chosen (the `released` configuration; counts over seeds)",
+        "#### Configurations chosen (the `released` configuration; counts over seeds)",
         "",
         "| total eps | arm | configuration: count | T | threshold |",
         "|---|---|---|---|---|",
@@ -469,51 +416,12 @@ def render(r: dict[str, Any]) -> str:
                 f"| {row['epsilon']:g} | {row['arm']} | {_counts(row['chosen'])} | "
                 f"{_counts(row['chosen_iterations'])} | {_counts(row['chosen_threshold'])} |"
             )
+    lines += per_seed(r, "arm", arms, arms)
+    chosen = ("chosen", lambda row: _counts(row.get("chosen")))
+    lines += synthetic_table(r, "arm", "untuned", chosen)
     lines += [
         "",
-        "### PHEME NPMI per seed",
-        "",
-        "| total eps | seed | V | " + " | ".join(arms) + " |",
-        "|---|---|---|" + "---|" * len(arms),
-    ]
-    for e in r["epsilons"]:
-        rows = {row["arm"]: row["runs"] for row in r["pheme"] if row["epsilon"] == e}
-        for i, seed in enumerate(seeds["pheme"]):
-            v = rows[arms[0]][i].get("vocabulary", "-")
-            cells = []
-            for a in arms:
-                run = rows[a][i]
-                if "failed" in run:
-                    cells.append("refused")
-                    continue
-                cell = f"{run['npmi']:+.3f}"
-                if "chosen" in run:
-                    ch = run["chosen"]
-                    cell += f" (T={ch['iterations']}, thr={ch['threshold']:g})"
-                cells.append(cell)
-            lines.append(f"| {e:g} | {seed} | {v} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Synthetic LDA (dp_vi_grid.SYNTHETIC; k = 5, one document per unit, same pipeline)",
-        "",
-        "Matched cosine to the true topics (estimate embedded in the full vocabulary, words M1 "
-        f"did not select at 0; higher is better); seeds {seeds['synthetic']}.",
-        "",
-        "| corpus | total eps | arm | V | cosine to truth | paired vs untuned: cosine | NPMI | "
-        "fewest top-10 above floor | chosen |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in r["synthetic"]:
-        s, vs = row["summary"], row.get("vs_untuned", {})
-        lines.append(
-            f"| {row['corpus']} | {row['epsilon']:g} | {row['arm']} | "
-            f"{thr._m(s, 'vocabulary', '.0f')} | {thr._m(s, 'cosine', '.3f')} | "
-            f"{thr._pair(vs.get('cosine'), '+.3f')} | {thr._m(s, 'npmi', '+.3f')} | "
-            f"{thr._m(s, 'min_above_floor', '.0f')} | {_counts(row.get('chosen'))} |"
-        )
-    lines += [
-        "",
-        "## Wall time of M2 per release (interleaved in this run)",
+        "### Wall time of M2 per release (interleaved in this run)",
         "",
         "M2 training seconds (tuned: split, every trial, scores), median over seeds, and the "
         "per-seed ratio to the untuned run of the same seed: median [min, max]. The number "

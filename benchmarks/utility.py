@@ -6,7 +6,7 @@
     python benchmarks/utility.py --quick    # 2 releases per cell, 10 per pure-noise cell,
                                             # fewer rows, written to
                                             # $TMPDIR/fdptm-utility-quick.md (not over these)
-    python benchmarks/utility.py --render   # re-renders utility.md from utility.json
+    python benchmarks/utility.py --render   # re-renders utility.md's newest run from utility.json
     python benchmarks/utility.py --releases 20 --noise-releases 200 --targets 1,4
 
 Claims from production (issue 28, item 1): every DP figure here is from a production release,
@@ -65,15 +65,13 @@ import csv
 import json
 import math
 import os
-import platform
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -81,9 +79,16 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import at_start, checkpoint, filled, save, stem  # noqa: E402
+
 PHEME = HERE.parent.parent / "shared" / "data" / "pheme" / "pheme_clean.json"
-JSON_OUT = HERE / "utility.json"
-MD_OUT = HERE / "utility.md"
+JSON_OUT = HERE / "utility.json"  # the committed results, which --merge adds to
+TITLE = (
+    "Utility of unseeded production releases against issue 28's targets "
+    "(internal statistics, not DP)"
+)
 
 RELEASES = 10  # production releases per cell
 NOISE_RELEASES = 100  # per pure-noise cell
@@ -254,25 +259,6 @@ def rows_target3(zhu_tokens: int) -> list[Row]:
 # --------------------------------------------------------------------------- helpers
 
 
-def machine() -> dict:
-    """CPU model (``lscpu``), cores, date (UTC), Python."""
-    cpu = platform.processor() or "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line),
-            cpu,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "python": platform.python_version(),
-    }
-
-
 class Corpora:
     """Token lists -> ``Corpus`` over a given vocabulary (tokens outside it dropped)."""
 
@@ -433,6 +419,18 @@ def score(
     return out
 
 
+def floor_listed(phi: np.ndarray, words: Sequence[str]) -> tuple[list[list[str]], list[bool]]:
+    """A model's topics listed by the floor rule (each topic's top 10 words above its floor,
+    ``topwords.top_words``; none for a no-signal topic, ``topwords.no_signal``) and which
+    topics are signal: what ``score`` takes for a model that is not a release."""
+    from fdptm.evaluation import topwords
+
+    silent = topwords.no_signal(phi)
+    lists = topwords.top_words(phi, list(words), 10)
+    listed = [[] if s else [w for w, _ in t] for t, s in zip(lists, silent, strict=True)]
+    return listed, [not s for s in silent]
+
+
 def gensim_topics(
     texts: Sequence[Sequence[str]], k: int, seed: int, vocabulary: set[str] | None = None
 ) -> tuple[np.ndarray, list[str]]:
@@ -492,11 +490,14 @@ def write_csv(path: Path, texts: Sequence[str], authors: Sequence[str], prefix: 
 
 class Runner:
     """Releases and scores rows, collecting one record per (target, epsilon, row,
-    repetition); every record is written to the json at once (partial results survive)."""
+    repetition); with a ``name``, every record is written to the json at once
+    (``harness.checkpoint(name, ..., out)``: partial results survive)."""
 
-    def __init__(self, header: dict, json_out: Path | None) -> None:
-        self.header = header
-        self.json_out = json_out
+    def __init__(
+        self, header: dict | None = None, name: str | None = None, out: Path | None = None
+    ) -> None:
+        self.header = header or {}
+        self.name, self.out = name, out
         self.records: list[dict] = []
         self.info: dict[str, Any] = {}
         self.start = time.perf_counter()
@@ -512,10 +513,8 @@ class Runner:
 
     def save(self, complete: bool = False) -> dict:
         results = self.results(complete)
-        if self.json_out is not None:
-            scratch = self.json_out.with_name(self.json_out.name + ".tmp")
-            scratch.write_text(json.dumps(results, indent=1, default=str) + "\n")
-            os.replace(scratch, self.json_out)
+        if self.name is not None:
+            checkpoint(self.name, results, self.out)
         return results
 
     def _add(self, record: dict) -> None:
@@ -535,9 +534,12 @@ class Runner:
         reference: Sequence[Sequence[str]],
         texts: Texts,
         truth: tuple[np.ndarray, dict[str, int]] | None = None,
+        seed: int | None = None,
     ) -> dict:
         """One unseeded production release; returns its record (``words`` kept for the
-        references, not written)."""
+        references, not written). ``seed``: a seeded test release instead (the production
+        noise distributions from a seeded generator), for the benchmarks that compare
+        settings on the same noise (``m1_uniform.py``, ``local.py``); never this one's."""
         import pyarrow.parquet as pq
 
         from fdptm.flows.release import release
@@ -558,7 +560,7 @@ class Runner:
                 epsilon=epsilon,
                 delta=DELTA,
                 topics=topics,
-                seed=None,  # production: OpenDP's samplers and ChaCha20, never a seed
+                seed=seed,  # None, production: OpenDP's samplers and ChaCha20
                 workspace=str(workspace.root),
                 **({"mechanism": "dp-vi"} | row.fields),  # rows without one are dp-vi's
             )
@@ -575,10 +577,11 @@ class Runner:
         folder = Path(workspace.root) / "releases" / outcome["run_id"]
         manifest = json.loads((folder / "manifest.json").read_text())
         guarantee = manifest["guarantee"]
-        if guarantee.get("seeded") is not False:
+        if guarantee.get("seeded") is not (seed is not None):
             raise AssertionError(
-                f"release {outcome['run_id']} says seeded={guarantee.get('seeded')!r}: every "
-                "figure here must come from an unseeded production release"
+                f"release {outcome['run_id']} says seeded={guarantee.get('seeded')!r}, asked "
+                f"for with seed {seed!r}: every figure of this benchmark must come from an "
+                "unseeded production release"
             )
         table = pq.read_table(folder / "topic_word.parquet").sort_by("topic")
         phi = np.array(table.column("probabilities").to_pylist(), dtype=np.float64)
@@ -595,7 +598,7 @@ class Runner:
             seconds=seconds,
             notion=guarantee["notion"],
             adjacency=guarantee["adjacency"],
-            seeded=False,
+            seeded=seed is not None,
             sampler=manifest["noise"]["sampler"],
             other_randomness=manifest["noise"].get("other_randomness"),
             tested=all(t["tested"] for t in entries),
@@ -634,15 +637,11 @@ class Runner:
         truth: tuple[np.ndarray, dict[str, int]] | None = None,
     ) -> dict:
         """A non-private (or public-only) model, seeded (not a release), scored like a
-        release with its topics listed by the floor rule (``fdptm.evaluation.topwords``)."""
-        from fdptm.evaluation import topwords
-
+        release with its topics listed by the floor rule (``floor_listed``)."""
         start = time.perf_counter()
         phi, words = fit()
         seconds = time.perf_counter() - start
-        silent = topwords.no_signal(phi)
-        lists = topwords.top_words(phi, list(words), 10)
-        listed = [[] if s else [w for w, _ in t] for t, s in zip(lists, silent, strict=True)]
+        listed, signal = floor_listed(phi, words)
         record = {
             "target": target,
             "epsilon": epsilon,
@@ -654,7 +653,7 @@ class Runner:
             "ok": True,
             "seconds": seconds,
             "notion": "not DP",
-            **score(phi, list(words), listed, [not s for s in silent], reference, texts, truth),
+            **score(phi, list(words), listed, signal, reference, texts, truth),
         }
         self._add(record)
         log(
@@ -1588,12 +1587,8 @@ def render(results: dict) -> str:
         else " · **partial: the run had not finished when this was written**"
     )
     lines = [
-        "# Utility of unseeded production releases against issue 28's targets "
-        "(internal statistics, not DP)",
-        "",
-        f"Command: `{results['command']}` · date {m['date']} · {m['cpu']} · {m['cores']} cores "
-        f"(shared with other jobs) · Python {m['python']} · wall time "
-        f"{results['seconds'] / 60:.1f} min{status}",
+        f"Wall time {results['seconds'] / 60:.1f} min, the {m['cores']} cores shared with other "
+        f"jobs{status}.",
         *[
             f"Rows {', '.join(a['rows'])} replaced by: `{a['command']}` · date "
             f"{a['machine']['date']} · {a['machine']['cpu']} · wall time "
@@ -1655,7 +1650,7 @@ def render(results: dict) -> str:
         "the 1,700-word public vocabulary: 16 s unseeded against 3 s for a seeded test run, "
         "measured on this machine when it was quiet), so the full grid would take hours.",
         "",
-        "## Targets at a glance",
+        "### Targets at a glance",
         "",
         "Judged on the median over the releases (a failed release counts as missing it); "
         "issue 10's earlier targets are kept and marked as such.",
@@ -1666,7 +1661,7 @@ def render(results: dict) -> str:
     t1 = info.get("t1")
     if t1:
         lines += [
-            "## Target 1: PHEME, no public data",
+            "### Target 1: PHEME, no public data",
             "",
             f"`pheme_clean.json` ({t1['documents']:,} tweets, {t1['vocabulary']:,} words after "
             f"PRE), document level, k = {PHEME_TOPICS}, one workspace, {results['releases']} "
@@ -1682,7 +1677,7 @@ def render(results: dict) -> str:
     if t2 and t2["splits"]:
         sp = t2["splits"][0]
         lines += [
-            "## Target 2: public prior (PHEME, 10% public)",
+            "### Target 2: public prior (PHEME, 10% public)",
             "",
             f"Per repetition a new random {PUBLIC_SHARE:.0%} of the documents ({sp['public']}) "
             "is ingested as the public dataset `pub` (`public=True`) and the other "
@@ -1706,7 +1701,7 @@ def render(results: dict) -> str:
         largest = sorted({x["largest_author_docs"] for x in c})
         singles = [x["single_doc_authors"] for x in c]
         lines += [
-            "## Target 3: synthetic author-level corpus shaped like a held-out corpus",
+            "### Target 3: synthetic author-level corpus shaped like a held-out corpus",
             "",
             f"Per repetition, `generate_lda` draws a new corpus of "
             f"{SYN_DOCS + SYN_PUBLIC_DOCS:,} documents (k = {SYN_TOPICS}, V = {SYN_WORDS}, "
@@ -1732,7 +1727,7 @@ def render(results: dict) -> str:
     t4 = info.get("t4")
     if t4:
         lines += [
-            "## Target 4: pure noise",
+            "### Target 4: pure noise",
             "",
             f"k = {NOISE_TOPICS}, epsilon {NOISE_EPSILON:g}, document level, "
             f"{results['noise_releases']} releases per cell, one workspace. (a) and (a'): "
@@ -1759,10 +1754,11 @@ def merged(results: dict, rows: list[str]) -> dict:
     """The committed results with the release records of ``rows`` replaced by ``results``'s
     (its references are dropped: the committed run has them), the run named in
     ``additions``."""
-    committed = json.loads(JSON_OUT.read_text())
+    committed = filled(json.loads(JSON_OUT.read_text()))
     kept = [r for r in committed["records"] if r["kind"] != "release" or r["row"] not in rows]
     new = [r for r in results["records"] if r["kind"] == "release"]
-    addition = {k: results[k] for k in ("command", "machine", "seconds")} | {"rows": rows}
+    addition = {"command": results["machine"]["command"], "rows": rows}
+    addition |= {k: results[k] for k in ("machine", "seconds")}
     for key, value in results["info"].items():
         committed["info"].setdefault(key, value)
     return committed | {
@@ -1828,40 +1824,19 @@ def main() -> None:
         or noise_releases < NOISE_RELEASES
         or bool(ONLY_ROWS)
     )
-    stem = args.out or (
-        Path(tempfile.gettempdir()) / "fdptm-utility-quick" if partial_run else HERE / "utility"
-    )
-    md_out, json_out = stem.with_suffix(".md"), stem.with_suffix(".json")
-    if args.render:
-        source = args.out.with_suffix(".json") if args.out else JSON_OUT
-        target = md_out if args.out else MD_OUT
-        target.write_text(render(json.loads(source.read_text())) + "\n")
-        print(target.read_text())
+    if args.render:  # the newest run of utility.md again, from its record
+        record = json.loads(stem("utility", args.out).with_suffix(".json").read_text())
+        md = save("utility", TITLE, render(filled(record)), record, args.out, again=True)
+        print(md.read_text())
         return
+    out = args.out or (Path(tempfile.gettempdir()) / "fdptm-utility-quick" if partial_run else None)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.testing.utilities import prefect_test_harness
 
-    command = ".venv/bin/python benchmarks/utility.py" + (" --quick" if args.quick else "")
-    if args.all_rows:
-        command += " --all-rows"
-    if args.releases:
-        command += f" --releases {args.releases}"
-    if args.noise_releases:
-        command += f" --noise-releases {args.noise_releases}"
-    if targets != {"1", "2", "3", "4"}:
-        command += f" --targets {args.targets}"
-    if ONLY_ROWS:
-        command += f" --rows {args.rows}"
-    if args.merge:
-        command += " --merge"
-    header = {
-        "command": command,
-        "machine": machine(),
-        "releases": releases,
-        "noise_releases": noise_releases,
-    }
-    runner = Runner(header, json_out)
+    header = {"machine": at_start(), "releases": releases, "noise_releases": noise_releases}
+    runner = Runner(header, "utility", out)
+    json_out = stem("utility", out).with_suffix(".json")
     log(f"writing {json_out} as results come in; {releases} releases per cell")
     raw = json.loads(PHEME.read_text())["text"]
     tokens = _preprocess(raw)
@@ -1879,13 +1854,11 @@ def main() -> None:
             log("target 4: pure noise")
             target4(runner, raw, tokens, noise_releases)
     results = runner.save(complete=True)
-    if args.merge:
-        results = merged(results, sorted(ONLY_ROWS))
-        JSON_OUT.write_text(json.dumps(results, indent=1, default=str) + "\n")
-        md_out = MD_OUT
-    md_out.write_text(render(results) + "\n")
-    print(md_out.read_text())
-    log(f"wrote {md_out} and {json_out} ({results['seconds'] / 60:.1f} min)")
+    if args.merge:  # the committed run with these rows replaced: its section rendered anew
+        results, out = merged(results, sorted(ONLY_ROWS)), None
+    md = save("utility", TITLE, render(results), results, out, again=args.merge)
+    print(md.read_text())
+    log(f"wrote {md} and its .json ({results['seconds'] / 60:.1f} min)")
 
 
 if __name__ == "__main__":

@@ -67,3 +67,30 @@ def test_a_file_written_before_the_harness_keeps_its_figures_one_level_down(harn
     assert text.index("new body") < text.index("## Earlier run")
     assert "Command: `old` · 2026-11-01" in text and "| 1.5 |" in text
     assert "\n### Part two\n" in text and "\n# not a heading\n" in text
+
+
+@pytest.fixture(scope="module")
+def bench(harness):
+    spec = importlib.util.spec_from_file_location("bench_runner", HARNESS.with_name("bench.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_the_runner_lists_every_benchmark_with_what_it_measures(bench, capsys):
+    scripts = {p.stem for p in HARNESS.parent.glob("*.py")} - {"bench", "harness"}
+    known = bench.benchmarks()
+    assert set(known) == scripts
+    assert all(b.summary for b in known.values())
+    assert "small_release" in known and "<= 1.5 s" in known["small_release"].targets
+    assert known["m2_time"].needs and not known["small_release"].needs
+    assert bench.main([]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in scripts)
+
+
+def test_the_runner_refuses_an_unknown_benchmark(bench, capsys):
+    assert bench.main(["no_such_benchmark"]) == 2
+    assert "no benchmark 'no_such_benchmark'" in capsys.readouterr().err
