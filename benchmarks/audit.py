@@ -38,7 +38,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import at_start, clean_env, measure, save  # noqa: E402
+from harness import at_start, clean_env, measure, save, stem  # noqa: E402
 
 TITLE = "Audit benchmark and PHEME reproduction"
 TARGETS = (
@@ -450,7 +450,7 @@ def main() -> None:
     parser.add_argument("--only", choices=PARTS, action="append")
     args = parser.parse_args()
     parts = args.only or list(PARTS)
-    out = HERE / "audit_results.json"
+    out = stem("audit_results").with_suffix(".json")  # --only merges into the last record
     results: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
     results["machine"] = at_start()
     with tempfile.TemporaryDirectory() as tmp:
@@ -465,7 +465,7 @@ def main() -> None:
             results["coherence"] = coherence(workspace)
     if {"non-private", "fdptm"} & set(parts):
         _roc_figure(
-            results.get("non-private", []), results.get("fdptm", []), HERE / "audit_roc.png"
+            results.get("non-private", []), results.get("fdptm", []), out.with_name("audit_roc.png")
         )
     body = _markdown(results, parts)
     print(save("audit_results", TITLE, body, results).read_text())

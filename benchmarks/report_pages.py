@@ -38,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import at_start, save  # noqa: E402
+from harness import at_start, save, stem  # noqa: E402
 
 DEMO = {"epsilon": 500.0, "delta": 1e-5, "topics": 5, "iterations": 20, "mechanism": "hdp-lda"}
 WIDTH, HEIGHT = 1280, 1600  # the viewport, CSS pixels; the page is then grown to its height
@@ -223,6 +223,7 @@ def main() -> None:
 
     start = time.perf_counter()
     started = at_start()
+    where = stem("report_pages")  # the screenshots go beside the results file
     with tempfile.TemporaryDirectory() as tmp:
         ws = fdptm.Workspace(Path(tmp) / "ws")
         lee = ws.dataset("lee")
@@ -233,8 +234,8 @@ def main() -> None:
         report = ws.report(release.run_id)
         audit = ws.audit(release.run_id, shadows=4, seed=1)
         shots = [
-            screenshot(report, HERE / "report_release.png"),
-            screenshot(Path(audit["path"]), HERE / "report_audit.png"),
+            screenshot(report, where.parent / "report_release.png"),
+            screenshot(Path(audit["path"]), where.parent / "report_audit.png"),
         ]
         engine, agent = _browser.engine, _browser.user_agent
         _browser.close()
