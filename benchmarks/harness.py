@@ -7,10 +7,15 @@ Every benchmark builds on these pieces instead of its own copy of them:
 * ``clean_env``/``fdptm``/``first_tweets``/``measure``: a ``fdptm`` command as a fresh
   process (outside the checkout, with no inherited ``FDPTM_``/``PREFECT_`` settings) on a
   small real corpus, and the CPU and memory of its process tree;
-* ``machine``/``code_version``: the CPU, cores, package versions, load and the code measured;
-* ``Table``/``save``: the results as ``benchmarks/<name>.md`` (and the run's record as
-  ``.json``). The markdown keeps its history: a run adds a dated section under the title,
-  above the earlier runs and the notes written about them, so nothing measured is lost.
+* ``pheme_corpus``/``scale_corpus``/``train_dp_vi``: PHEME's clean tweets as a ``Corpus``,
+  the scale benchmark's synthetic corpus, and an M2-alone ``dp-vi`` training on it;
+* ``machine``/``code_version``/``at_start``: the CPU, cores, package versions, load, the
+  code measured and the command; ``one_thread`` for scripts whose workers run on one core;
+* ``Table``/``save``/``checkpoint``: the results as ``benchmarks/<name>.md`` (and the run's
+  record as ``.json``; ``stem`` says where, ``$FDPTM_BENCH_RESULTS`` moves a trial run
+  elsewhere). The markdown keeps its history: a run adds a dated section under the title,
+  above the earlier runs and the notes written about them, so nothing measured is lost;
+  ``filled`` completes a record written before the harness for a re-render.
 
 ``benchmarks/bench.py`` lists the benchmarks and runs one or all of them.
 """
