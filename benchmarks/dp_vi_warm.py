@@ -26,7 +26,12 @@ release's defaults read from the library: T = 100, k = 5, delta 1e-5) at total e
 Seed s fixes M1's and M2's noise streams, so the arms see the same DP vocabulary and the
 same noise draws: the per-seed difference of gensim NPMI and of the held-out
 log-likelihood per token (warm minus cold), with a sign test, as in that benchmark. In
-this process, one replicate at a time, before anything else has started numba's threads.
+this process, one replicate at a time on one numba thread (as that benchmark's workers).
+
+Threads. Parts 1 and 3 run on numba's default, every core, as a release does. The
+committed run of 2026-11-25 most likely ran part 1 on one thread (dp_vi_grid's import set
+``NUMBA_NUM_THREADS=1`` for the whole process, which later crashed this script), so its
+seconds are not comparable with a new run's; its ratios between arms are.
 
 Part 3, the optimiser alone. The dp-vi recovery test's corpus (1,200 documents, 300
 authors, 4 sharp topics, author level) without noise (z = 0) for ``--recovery-seeds``
