@@ -32,6 +32,8 @@ from fdptm.flows import api_server
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _DETACHED: list[logging.Handler] = []
+_READ_FROM: list[dict[str, str]] = []
+"""The ``PREFECT_*`` environment Prefect's global settings were read from, where known."""
 
 
 def environment_defaults() -> None:
@@ -42,6 +44,18 @@ def environment_defaults() -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     # Prefect waits 20 s for its temporary API server by default: too short on a busy host
     os.environ.setdefault(STARTUP_TIMEOUT, "120")
+    if "prefect" not in sys.modules:  # Prefect's import reads its settings from these
+        settings_read()
+
+
+def settings_read() -> None:
+    """Note that Prefect's global settings are (or, before Prefect's import, will be) read
+    from this process's environment as it is now: ``run`` then uses them as they are."""
+    _READ_FROM[:] = [_prefect_environment()]
+
+
+def _prefect_environment() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name.startswith("PREFECT_")}
 
 
 def prepare_prefect() -> None:
@@ -106,17 +120,27 @@ _CLEAR_ERRORS = _ClearErrors()
 
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``flow(*args, **kwargs)`` without the flow heartbeat, against the temporary API
+    """``flow(*args, **kwargs)`` with Prefect's settings as this process's environment has
+    them now (``settings_read``), without the flow heartbeat, against the temporary API
     server ``start_api`` started, if it did and Prefect would otherwise start its own; a
     failed run's fdptm error is logged as its message, without a traceback."""
+    import prefect.context
     from prefect.context import SettingsContext, get_settings_context
+    from prefect.settings import Settings
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_CLEAR_ERRORS)  # a no-op when already there
-    # Prefect's temporary_settings would rebuild every setting from the environment (0.2 s,
-    # a tenth of a served small release); a copy with the two values changed is the same.
     context = get_settings_context()
     settings = context.settings
+    if context is not prefect.context.GLOBAL_SETTINGS_CONTEXT:
+        # the caller's own settings context (temporary_settings): read the environment again
+        # as temporary_settings does, the caller's values winning
+        settings = settings.copy_with_update()
+    elif [_prefect_environment()] != _READ_FROM:
+        # PREFECT_* changed since Prefect read its global settings (or fdptm cannot tell):
+        # read them as a fresh process would (0.2 s, a tenth of a served small release:
+        # skipped where they are known to have been read from this environment)
+        settings = Settings()
     api = settings.api
     if _API and (url := _API[0].url()):
         api = api.model_copy(update={"url": url})
@@ -145,6 +169,7 @@ def run_flow(target: str, *args: Any, api: bool = True, **kwargs: Any) -> Any:
 @handoff.served
 def run_named(target: str, api: bool, args: tuple, kwargs: dict) -> Any:
     """``run_flow``'s work, in whichever process runs it."""
+    environment_defaults()  # before the flow's module imports Prefect, which reads them
     module, _, name = target.partition(":")
     flow = getattr(importlib.import_module(module), name)
     prepare_prefect()

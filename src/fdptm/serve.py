@@ -450,7 +450,10 @@ def _refresh_prefect() -> None:
     from prefect.context import refresh_global_settings_context
     from prefect.logging import configuration
 
+    from fdptm.flows import running
+
     refresh_global_settings_context()
+    running.settings_read()
     configuration.PROCESS_LOGGING_CONFIG.clear()
     configuration.setup_logging()  # now, from those settings: not later, from a task thread
 

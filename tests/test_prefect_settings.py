@@ -1,0 +1,88 @@
+"""The Prefect settings a flow run by ``flows.running`` sees: read from the caller's
+environment as it is when the run starts, also where a ``PREFECT_*`` variable was set after
+Prefect's import, and fdptm's defaults (a 120 s start-up timeout for the temporary API, no
+telemetry) in force for a Python caller whose import of the flow imports Prefect. Each case
+runs in a fresh Python process, since Prefect reads its settings once, at its import."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+
+
+def _python(code: str, home: Path) -> dict:
+    """``code``'s last printed line, read as JSON, from a fresh process with a user's
+    environment: no PREFECT_* or FDPTM_* variables, no release process to hand off to."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FDPTM_", "PREFECT_"))}
+    env.update(PREFECT_HOME=str(home), FDPTM_SERVE="off")
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_variable_set_after_prefects_import_counts(tmp_path):
+    seen = _python(
+        f"""
+import json, os
+import prefect
+from prefect.settings import get_current_settings
+from fdptm.flows import running
+
+os.environ["{TIMEOUT}"] = "123"
+os.environ["PREFECT_API_URL"] = "http://127.0.0.1:9/api"
+settings = running.run(get_current_settings)
+print(json.dumps([settings.server.ephemeral.startup_timeout_seconds, settings.api.url]))
+""",
+        tmp_path,
+    )
+    assert seen == [123, "http://127.0.0.1:9/api"]
+
+
+def test_a_python_callers_flow_import_gets_fdptms_defaults(tmp_path):
+    seen = _python(
+        """
+import json, sys
+from fdptm.flows import running
+
+assert "prefect" not in sys.modules
+settings = running.run_named("prefect.settings:get_current_settings", False, (), {})
+print(json.dumps([settings.server.ephemeral.startup_timeout_seconds,
+                  settings.server.analytics_enabled]))
+""",
+        tmp_path,
+    )
+    assert seen == [120, False]
+
+
+def test_settings_known_to_be_current_are_used_as_they_are(tmp_path):
+    """Where Prefect read its settings after fdptm's defaults were set, ``run`` does not read
+    them again (the shared sub-models are the global ones); a variable changed since is
+    still seen."""
+    seen = _python(
+        f"""
+import json, os
+from fdptm.flows import running
+
+running.environment_defaults()
+import prefect.context
+from prefect.settings import get_current_settings
+
+def probe():
+    settings = get_current_settings()
+    same = settings.server is prefect.context.GLOBAL_SETTINGS_CONTEXT.settings.server
+    return [settings.server.ephemeral.startup_timeout_seconds, same]
+
+first = running.run(probe)
+os.environ["{TIMEOUT}"] = "77"
+print(json.dumps([first, running.run(probe)]))
+""",
+        tmp_path,
+    )
+    assert seen == [[120, True], [77, False]]
