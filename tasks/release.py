@@ -226,7 +226,6 @@ def build_manifest(
     ledger = Ledger(catalog)
     calibration = calibration_of(spec)
     plan = calibration.plan
-    filler = filler_of(spec, workspace, catalog)  # outside the block: it may fetch
     with catalog.connect():  # the manifest's catalog reads: one block
         entries = catalog.query(
             "SELECT stage, adjacency, epsilon, delta, state, notion, gamma FROM ledger"
@@ -242,6 +241,7 @@ def build_manifest(
         spec.dp_stages
     ):
         raise FdptmError(f"run {spec.run_id}: every DP stage must have spent before release")
+    filler = filler_of(spec, workspace, catalog)  # outside the block: it may fetch
     spends = [(e["epsilon"], e["delta"], Adjacency(e["adjacency"])) for e in spent]
     guarantee = compose(
         spends,

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from fdptm import planning, signing
 from fdptm.codec import decode, encode
-from fdptm.errors import BadInputError, BudgetRefusedError
+from fdptm.errors import BadInputError, BudgetRefusedError, FdptmError, WorkspaceError
 from fdptm.faults import checkpoint
 from fdptm.mechanisms.guarantee import CLAIMED_UNPROVEN, RANDOM_DP, Guarantee
 from fdptm.mechanisms.registry import mechanism
@@ -468,25 +468,28 @@ def prepare(request: ReleaseRequest) -> tuple[RunSpec, Calibration]:
     calibration = calibrate(spec, unit)
     if request.require_signal:  # a scheduled run has no preflight; the CLI's already printed it
         predicted(request, spec, calibration, workspace)
+    code = code_version()  # git, outside the catalog's lock
     owner = recovery.claim(workspace, spec.run_id)
-    with catalog.connect():  # the run's record and its reservation: one catalog block
-        try:
-            catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code_version())
+    try:  # any failure, the block's commit included: the claim goes, and recovery settles it
+        with catalog.connect():  # the run's record and its reservation: one catalog block
+            catalog.start_run(spec.run_id, spec.dataset, "release", spec.to_dict(), code)
             catalog.execute(
                 "UPDATE runs SET owner = ?, calibration = ? WHERE run_id = ?",
                 [owner, json.dumps(encode(calibration)), spec.run_id],
             )
-        except BaseException:
-            recovery.release_claim(workspace, spec.run_id)
-            raise
-        try:
-            ledger.reserve(
-                spec.dataset, spec.run_id, calibration.plan, calibration.accounting(), spec.scope
-            )
-        except BaseException as exc:
-            catalog.finish_run(spec.run_id, "refused", str(exc))
-            recovery.release_claim(workspace, spec.run_id)
-            raise
+            try:
+                accounting = calibration.accounting()
+                ledger.reserve(spec.dataset, spec.run_id, calibration.plan, accounting, spec.scope)
+            except FdptmError as exc:
+                # refused (budget, scope): recorded with the run, in its block; after a
+                # failing catalog (WorkspaceError) or database error, nothing more is written:
+                # PostgreSQL rolls the block back, and recovery closes a DuckDB run record
+                if not isinstance(exc, WorkspaceError):
+                    catalog.finish_run(spec.run_id, "refused", str(exc))
+                raise
+    except BaseException:
+        recovery.release_claim(workspace, spec.run_id)
+        raise
     return spec, calibration
 
 
