@@ -32,8 +32,9 @@ from fdptm.flows import api_server
 
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _DETACHED: list[logging.Handler] = []
-_READ_FROM: list[dict[str, str]] = []
-"""The ``PREFECT_*`` environment Prefect's global settings were read from, where known."""
+_READ_FROM: list[tuple[Any, tuple]] = []
+"""Prefect's own global settings context (None: not yet made) and the ``_source`` it was
+read from, where fdptm knows them."""
 
 
 def environment_defaults() -> None:
@@ -44,18 +45,62 @@ def environment_defaults() -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     # Prefect waits 20 s for its temporary API server by default: too short on a busy host
     os.environ.setdefault(STARTUP_TIMEOUT, "120")
-    if "prefect" not in sys.modules:  # Prefect's import reads its settings from these
-        settings_read()
+
+
+def settings_to_be_read() -> None:
+    """For a process's entry point (the ``fdptm`` command), before Prefect's import: the
+    global settings Prefect's import makes will be read from this environment, and no
+    caller's context (a test harness) will replace them before ``run``."""
+    if "prefect" not in sys.modules:
+        _READ_FROM[:] = [(None, _source())]
 
 
 def settings_read() -> None:
-    """Note that Prefect's global settings are (or, before Prefect's import, will be) read
-    from this process's environment as it is now: ``run`` then uses them as they are."""
-    _READ_FROM[:] = [_prefect_environment()]
+    """Prefect's global settings context was just made (its import, or
+    ``refresh_global_settings_context``) from this environment."""
+    import prefect.context
+
+    _READ_FROM[:] = [(prefect.context.GLOBAL_SETTINGS_CONTEXT, _source())]
 
 
-def _prefect_environment() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if name.startswith("PREFECT_")}
+def _source() -> tuple:
+    """What Prefect reads its settings from, as far as fdptm follows it: the PREFECT_*
+    variables (any case), the working directory (its .env and prefect.toml) and the
+    profiles file's modification time."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("PREFECT_")))
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    try:
+        changed = profiles.stat().st_mtime_ns
+    except OSError:
+        changed = None
+    return env, os.getcwd(), changed
+
+
+def current_settings() -> None:
+    """Where the settings in force are Prefect's own global ones and what they were read
+    from changed since, read them again as a fresh process would
+    (``refresh_global_settings_context``, 0.2 s): a PREFECT_* variable a Python caller set
+    after Prefect's import counts, for ``start_api`` and for the flow."""
+    if not _READ_FROM:
+        return
+    import prefect.context
+
+    made, source = _READ_FROM[0]
+    global_context = prefect.context.GLOBAL_SETTINGS_CONTEXT
+    if made is None:  # the entry point's promise: this one is Prefect's own
+        made = global_context
+        _READ_FROM[:] = [(made, source)]
+    if prefect.context.get_settings_context() is made and source != _source():
+        prefect.context.refresh_global_settings_context()
+        settings_read()
+
+
+def _known_current() -> bool:
+    """Whether the settings in force are Prefect's own, read from this environment."""
+    import prefect.context
+
+    return bool(_READ_FROM) and prefect.context.get_settings_context() is _READ_FROM[0][0]
 
 
 def prepare_prefect() -> None:
@@ -121,26 +166,21 @@ _CLEAR_ERRORS = _ClearErrors()
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``flow(*args, **kwargs)`` with Prefect's settings as this process's environment has
-    them now (``settings_read``), without the flow heartbeat, against the temporary API
+    them now (``current_settings``), without the flow heartbeat, against the temporary API
     server ``start_api`` started, if it did and Prefect would otherwise start its own; a
     failed run's fdptm error is logged as its message, without a traceback."""
-    import prefect.context
     from prefect.context import SettingsContext, get_settings_context
-    from prefect.settings import Settings
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_CLEAR_ERRORS)  # a no-op when already there
+    current_settings()
     context = get_settings_context()
     settings = context.settings
-    if context is not prefect.context.GLOBAL_SETTINGS_CONTEXT:
-        # the caller's own settings context (temporary_settings): read the environment again
-        # as temporary_settings does, the caller's values winning
+    if not _known_current():
+        # another context (a caller's temporary_settings, a test harness), or settings fdptm
+        # cannot vouch for: read as Prefect's temporary_settings does (0.2 s, a tenth of a
+        # served small release): variables set since count; the context's values win
         settings = settings.copy_with_update()
-    elif [_prefect_environment()] != _READ_FROM:
-        # PREFECT_* changed since Prefect read its global settings (or fdptm cannot tell):
-        # read them as a fresh process would (0.2 s, a tenth of a served small release:
-        # skipped where they are known to have been read from this environment)
-        settings = Settings()
     api = settings.api
     if _API and (url := _API[0].url()):
         api = api.model_copy(update={"url": url})
@@ -170,9 +210,13 @@ def run_flow(target: str, *args: Any, api: bool = True, **kwargs: Any) -> Any:
 def run_named(target: str, api: bool, args: tuple, kwargs: dict) -> Any:
     """``run_flow``'s work, in whichever process runs it."""
     environment_defaults()  # before the flow's module imports Prefect, which reads them
+    imported = "prefect" in sys.modules
     module, _, name = target.partition(":")
     flow = getattr(importlib.import_module(module), name)
+    if not imported and "prefect" in sys.modules:
+        settings_read()
     prepare_prefect()
+    current_settings()  # before start_api reads them
     if api:
         start_api()
     return run(flow, *args, **kwargs)

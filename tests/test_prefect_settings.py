@@ -62,15 +62,16 @@ print(json.dumps([settings.server.ephemeral.startup_timeout_seconds,
 
 
 def test_settings_known_to_be_current_are_used_as_they_are(tmp_path):
-    """Where Prefect read its settings after fdptm's defaults were set, ``run`` does not read
-    them again (the shared sub-models are the global ones); a variable changed since is
-    still seen."""
+    """Where Prefect read its settings after an fdptm entry point set its defaults, ``run``
+    does not read them again (the shared sub-models are the global ones); after a variable
+    changed, they are read again, as a fresh process would read them."""
     seen = _python(
         f"""
 import json, os
 from fdptm.flows import running
 
 running.environment_defaults()
+running.settings_to_be_read()  # as the fdptm command does, before Prefect's import
 import prefect.context
 from prefect.settings import get_current_settings
 
@@ -85,4 +86,35 @@ print(json.dumps([first, running.run(probe)]))
 """,
         tmp_path,
     )
-    assert seen == [[120, True], [77, False]]
+    assert seen == [[120, True], [77, True]]
+
+
+def test_a_harness_that_replaced_the_global_settings_keeps_them(tmp_path):
+    """Prefect's test harness also makes its settings the process-global ones (for threads
+    and contexts copied before it): a run there keeps its API URL, even where a variable
+    changed since the harness read them."""
+    seen = _python(
+        f"""
+import json, os, threading
+from fdptm.flows import running
+
+# a Python caller's first flow: its import makes Prefect's own settings
+running.run_named("prefect.settings:get_current_settings", False, (), {{}})
+import prefect.context
+from prefect.context import SettingsContext, get_settings_context
+from prefect.settings import get_current_settings
+
+own = get_settings_context()
+settings = own.settings.copy_with_update(updates={{"api.url": "http://127.0.0.1:9/api"}})
+harness = SettingsContext(profile=own.profile, settings=settings)
+os.environ["{TIMEOUT}"] = "77"
+out = []
+with prefect.context._temporary_global_settings_context(harness):  # what the harness does
+    thread = threading.Thread(target=lambda: out.append(running.run(get_current_settings)))
+    thread.start()
+    thread.join()
+print(json.dumps([out[0].api.url, out[0].server.ephemeral.startup_timeout_seconds]))
+""",
+        tmp_path,
+    )
+    assert seen == ["http://127.0.0.1:9/api", 120]

@@ -45,7 +45,10 @@ def _sql(url: str, statement: str) -> list[tuple]:
 
 
 def _advisory_locks(url: str) -> int:
-    return _sql(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")[0][0]
+    """Advisory locks held on this test's database (by any session)."""
+    here = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+    query = f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = {here}"
+    return _sql(url, query)[0][0]
 
 
 @pytest.mark.parametrize(

@@ -343,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         served = _hand_off(sys.argv[1:])
         if served is not None:
             return served
+        _quiet_prefect()
+        running.settings_to_be_read()  # a process of its own: Prefect is read later, here
     args = build_parser().parse_args(argv)
     with _catalog_of(args):
         return _dispatch(args)
