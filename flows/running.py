@@ -55,6 +55,13 @@ def settings_to_be_read() -> None:
         _READ_FROM[:] = [(None, _source())]
 
 
+def settings_not_read() -> None:
+    """Drop ``settings_to_be_read``'s note if no run used it (the command ended first): a
+    caller that goes on in this process may make settings of its own before its first run."""
+    if _READ_FROM and _READ_FROM[0][0] is None:
+        _READ_FROM.clear()
+
+
 def settings_read() -> None:
     """Prefect's global settings context was just made (its import, or
     ``refresh_global_settings_context``) from this environment."""
@@ -65,16 +72,21 @@ def settings_read() -> None:
 
 def _source() -> tuple:
     """What Prefect reads its settings from, as far as fdptm follows it: the PREFECT_*
-    variables (any case), the working directory (its .env and prefect.toml) and the
-    profiles file's modification time."""
+    variables (any case), the working directory (where Prefect reads .env and prefect.toml;
+    their edits are not followed) and the profiles file's size and modification time."""
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("PREFECT_")))
     home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
     profiles = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
     try:
-        changed = profiles.stat().st_mtime_ns
+        info = profiles.stat()
+        changed = (info.st_size, info.st_mtime_ns)
     except OSError:
         changed = None
-    return env, os.getcwd(), changed
+    try:
+        directory = os.getcwd()
+    except OSError:  # a deleted working directory
+        directory = None
+    return env, directory, changed
 
 
 def current_settings() -> None:

@@ -118,3 +118,36 @@ print(json.dumps([out[0].api.url, out[0].server.ephemeral.startup_timeout_second
         tmp_path,
     )
     assert seen == ["http://127.0.0.1:9/api", 120]
+
+
+def test_a_command_run_in_process_leaves_no_claim_on_later_settings(tmp_path):
+    """``fdptm.cli.main()`` as a process's entry notes that Prefect's settings will be read
+    from this environment; a command that ends without a flow run drops that note, so a
+    harness the caller starts later keeps its settings in every thread."""
+    seen = _python(
+        f"""
+import contextlib, io, json, os, sys, threading
+from fdptm import cli
+from fdptm.flows import running
+
+sys.argv = ["fdptm", "mechanisms"]
+with contextlib.redirect_stdout(io.StringIO()):
+    assert cli.main() == 0
+import prefect.context
+from prefect.context import SettingsContext, get_settings_context
+from prefect.settings import get_current_settings
+
+own = get_settings_context()
+settings = own.settings.copy_with_update(updates={{"api.url": "http://127.0.0.1:9/api"}})
+harness = SettingsContext(profile=own.profile, settings=settings)
+os.environ["{TIMEOUT}"] = "77"
+out = []
+with prefect.context._temporary_global_settings_context(harness):
+    thread = threading.Thread(target=lambda: out.append(running.run(get_current_settings)))
+    thread.start()
+    thread.join()
+print(json.dumps(out[0].api.url))
+""",
+        tmp_path,
+    )
+    assert seen == "http://127.0.0.1:9/api"

@@ -345,9 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             return served
         _quiet_prefect()
         running.settings_to_be_read()  # a process of its own: Prefect is read later, here
-    args = build_parser().parse_args(argv)
-    with _catalog_of(args):
-        return _dispatch(args)
+    try:
+        args = build_parser().parse_args(argv)
+        with _catalog_of(args):
+            return _dispatch(args)
+    finally:
+        running.settings_not_read()  # a caller that goes on (tests) makes its own
 
 
 def _hand_off(argv: list[str]) -> int | None:
