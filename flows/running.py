@@ -89,30 +89,36 @@ def _source() -> tuple:
     return env, directory, changed
 
 
-def current_settings() -> None:
-    """Where the settings in force are Prefect's own global ones and what they were read
-    from changed since, read them again as a fresh process would
-    (``refresh_global_settings_context``, 0.2 s): a PREFECT_* variable a Python caller set
-    after Prefect's import counts, for ``start_api`` and for the flow."""
-    if not _READ_FROM:
-        return
+_READ_AGAIN: list[tuple[Any, tuple, Any]] = []
+"""The last settings ``run_settings`` read again: (the context, its source, the settings)."""
+
+
+def run_settings() -> tuple[Any, Any]:
+    """The profile and settings a run uses (before its own two changes), as a fresh process
+    in this environment would read them, a caller's own settings context winning:
+
+    - Prefect's own global settings, read from an unchanged ``_source``: as they are;
+    - Prefect's own, its source changed since (a PREFECT_* variable a Python caller set
+      after Prefect's import): read again, as ``Settings()`` (0.2 s, once per source);
+    - any other context (a caller's temporary_settings, a test harness, or settings fdptm
+      cannot vouch for): read again as temporary_settings reads them, the context's
+      values winning (0.2 s, once per context and source).
+
+    The global settings are never replaced: they are the host process's."""
     import prefect.context
+    from prefect.settings import Settings
 
-    made, source = _READ_FROM[0]
-    global_context = prefect.context.GLOBAL_SETTINGS_CONTEXT
-    if made is None:  # the entry point's promise: this one is Prefect's own
-        made = global_context
-        _READ_FROM[:] = [(made, source)]
-    if prefect.context.get_settings_context() is made and source != _source():
-        prefect.context.refresh_global_settings_context()
-        settings_read()
-
-
-def _known_current() -> bool:
-    """Whether the settings in force are Prefect's own, read from this environment."""
-    import prefect.context
-
-    return bool(_READ_FROM) and prefect.context.get_settings_context() is _READ_FROM[0][0]
+    context = prefect.context.get_settings_context()
+    if _READ_FROM and _READ_FROM[0][0] is None:  # the entry point's promise: Prefect's own
+        _READ_FROM[:] = [(prefect.context.GLOBAL_SETTINGS_CONTEXT, _READ_FROM[0][1])]
+    source = _source()
+    own = bool(_READ_FROM) and context is _READ_FROM[0][0]
+    if own and source == _READ_FROM[0][1]:
+        return context.profile, context.settings
+    if not (_READ_AGAIN and _READ_AGAIN[0][0] is context and _READ_AGAIN[0][1] == source):
+        settings = Settings() if own else context.settings.copy_with_update()
+        _READ_AGAIN[:] = [(context, source, settings)]
+    return context.profile, _READ_AGAIN[0][2]
 
 
 def prepare_prefect() -> None:
@@ -178,27 +184,23 @@ _CLEAR_ERRORS = _ClearErrors()
 
 def run(flow: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``flow(*args, **kwargs)`` with Prefect's settings as this process's environment has
-    them now (``current_settings``), without the flow heartbeat, against the temporary API
+    them now (``run_settings``), without the flow heartbeat, against the temporary API
     server ``start_api`` started, if it did and Prefect would otherwise start its own; a
     failed run's fdptm error is logged as its message, without a traceback."""
-    from prefect.context import SettingsContext, get_settings_context
+    from prefect.context import SettingsContext
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_CLEAR_ERRORS)  # a no-op when already there
-    current_settings()
-    context = get_settings_context()
-    settings = context.settings
-    if not _known_current():
-        # another context (a caller's temporary_settings, a test harness), or settings fdptm
-        # cannot vouch for: read as Prefect's temporary_settings does (0.2 s, a tenth of a
-        # served small release): variables set since count; the context's values win
-        settings = settings.copy_with_update()
+    profile, settings = run_settings()
     api = settings.api
-    if _API and (url := _API[0].url()):
-        api = api.model_copy(update={"url": url})
+    if _API:
+        with SettingsContext(profile=profile, settings=settings):  # what the server reads
+            url = _API[0].url()
+        if url:
+            api = api.model_copy(update={"url": url})
     flows = settings.flows.model_copy(update={"heartbeat_frequency": None})
     updated = settings.model_copy(update={"api": api, "flows": flows})
-    with SettingsContext(profile=context.profile, settings=updated):
+    with SettingsContext(profile=profile, settings=updated):
         return flow(*args, **kwargs)
 
 
@@ -228,9 +230,12 @@ def run_named(target: str, api: bool, args: tuple, kwargs: dict) -> Any:
     if not imported and "prefect" in sys.modules:
         settings_read()
     prepare_prefect()
-    current_settings()  # before start_api reads them
     if api:
-        start_api()
+        from prefect.context import SettingsContext
+
+        profile, settings = run_settings()
+        with SettingsContext(profile=profile, settings=settings):  # what start_api reads
+            start_api()
     return run(flow, *args, **kwargs)
 
 

@@ -45,6 +45,24 @@ print(json.dumps([settings.server.ephemeral.startup_timeout_seconds, settings.ap
     assert seen == [123, "http://127.0.0.1:9/api"]
 
 
+def test_an_api_named_after_prefects_import_is_used_and_none_started(tmp_path):
+    """A Python caller that imported Prefect first and then named its API (in lower case,
+    which Prefect reads too): the run uses that API, and fdptm starts no temporary one."""
+    seen = _python(
+        """
+import json, os
+import prefect
+from fdptm.flows import running
+
+os.environ["prefect_api_url"] = "http://127.0.0.1:9/api"
+settings = running.run_named("prefect.settings:get_current_settings", True, (), {})
+print(json.dumps([settings.api.url, len(running._API)]))
+""",
+        tmp_path,
+    )
+    assert seen == ["http://127.0.0.1:9/api", 0]
+
+
 def test_a_python_callers_flow_import_gets_fdptms_defaults(tmp_path):
     seen = _python(
         """
@@ -64,7 +82,7 @@ print(json.dumps([settings.server.ephemeral.startup_timeout_seconds,
 def test_settings_known_to_be_current_are_used_as_they_are(tmp_path):
     """Where Prefect read its settings after an fdptm entry point set its defaults, ``run``
     does not read them again (the shared sub-models are the global ones); after a variable
-    changed, they are read again, as a fresh process would read them."""
+    changed, they are read again, as a fresh process would read them, for the run alone."""
     seen = _python(
         f"""
 import json, os
@@ -82,11 +100,13 @@ def probe():
 
 first = running.run(probe)
 os.environ["{TIMEOUT}"] = "77"
-print(json.dumps([first, running.run(probe)]))
+second = running.run(probe)
+kept = prefect.context.GLOBAL_SETTINGS_CONTEXT.settings.server.ephemeral.startup_timeout_seconds
+print(json.dumps([first, second, kept]))
 """,
         tmp_path,
     )
-    assert seen == [[120, True], [77, True]]
+    assert seen == [[120, True], [77, False], 120]  # the host's global settings left alone
 
 
 def test_a_harness_that_replaced_the_global_settings_keeps_them(tmp_path):
