@@ -40,7 +40,9 @@ _HELD: dict[tuple[str, str], int] = {}
 def _forget_in_child() -> None:
     """A forked child inherits the owner locks' descriptors, and with them the locks: it
     would keep a dead parent's run looking alive. Close them in the child (a PostgreSQL
-    lock belongs to the parent's connection, which the child never uses)."""
+    lock belongs to the parent's connection, which the child never uses). The hook runs in
+    the child before ``os.fork()`` returns there, so a parent that dies before its child was
+    first scheduled leaves the run looking alive only until the child runs."""
     for fd in _HELD.values():
         if fd >= 0:
             os.close(fd)

@@ -201,6 +201,7 @@ def test_a_forked_child_does_not_keep_a_dead_owners_run_alive(tmp_path):
         "recovery.claim(ws, 'run-x')\n"
         "child = os.fork()\n"
         "if child == 0:\n"
+        "    print('forked', flush=True)\n"
         "    time.sleep(120)\n"
         "    os._exit(0)\n"
         "print(child, flush=True)\n"
@@ -209,7 +210,12 @@ def test_a_forked_child_does_not_keep_a_dead_owners_run_alive(tmp_path):
     owner = subprocess.Popen(
         [sys.executable, "-c", code, str(workspace.root)], stdout=subprocess.PIPE, text=True
     )
-    child = int(owner.stdout.readline())
+    # The child prints once os.fork() has returned in it, i.e. after the at-fork hook closed
+    # its inherited descriptors; until then it holds the lock like any fork does (the test
+    # once killed the owner before a busy machine had scheduled the child).
+    lines = {owner.stdout.readline().strip(), owner.stdout.readline().strip()}
+    lines.remove("forked")
+    child = int(lines.pop())
     try:
         assert recovery.alive(workspace, "run-x")
         owner.kill()
