@@ -109,13 +109,16 @@ def clean_env(
 def fdptm(
     *argv: str, env: dict[str, str], python: str = sys.executable, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """``python -m fdptm.cli argv`` as a fresh process, run from the temporary directory.
+    """``fdptm argv`` as a fresh process, run from the temporary directory: the ``fdptm``
+    script installed beside ``python`` (what a user runs: it hands a command to a running
+    ``fdptm serve`` before importing the command line), else ``python -m fdptm``.
 
     Not from the checkout: there ``-m`` would import the checkout's ``fdptm`` whatever
     ``python`` is, and a baseline interpreter must import its own.
     """
+    script = Path(python).parent / "fdptm"
     done = subprocess.run(
-        [python, "-m", "fdptm.cli", *argv],
+        [str(script), *argv] if script.exists() else [python, "-m", "fdptm", *argv],
         env=env,
         capture_output=True,
         text=True,

@@ -152,6 +152,73 @@ def test_every_command_was_handed_over(handed):
     assert handed["served"] == 5
 
 
+def test_the_fdptm_script_hands_over_without_importing_the_command_line(served, handed):
+    """The installed ``fdptm`` script (``fdptm.__main__``) hands a command over before it
+    imports ``fdptm.cli`` (its parser, the request model and pydantic: about 0.2 s)."""
+    script = (
+        "import sys\n"
+        "from fdptm.__main__ import main\n"
+        "sys.argv = ['fdptm', 'budget', '--dataset', 'small', '--json']\n"
+        "status = main()\n"
+        "heavy = ('fdptm.cli', 'fdptm.request', 'pydantic')\n"
+        "print('imported:', [m for m in heavy if m in sys.modules], file=sys.stderr)\n"
+        "sys.exit(status)\n"
+    )
+    before = served.count()
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=served.root,
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dataset"] == "small"
+    assert "imported: []" in done.stderr
+    assert served.count() == before + 1
+
+
+def test_the_servers_version_check_is_the_one_prefects_clients_look_up(prefect_harness):
+    """``fdptm serve`` checks its API's version once so that its children skip the check:
+    it must be remembered under the keys Prefect's HTTP and events clients look up."""
+    from prefect.settings import PREFECT_API_URL
+
+    script = """
+import sys
+import threading
+import prefect
+from prefect._internal import version_checking
+from prefect.client.orchestration import get_client
+from prefect.events.clients import PrefectEventsClient
+from fdptm.serve import _check_version
+
+url = sys.argv[1]
+assert not version_checking._API_VERSION_CHECK_CACHE
+_check_version(url)
+client = get_client(sync_client=True)
+keys = {
+    (str(client.api_url), client.client_version()),
+    (PrefectEventsClient(api_url=url)._api_url, prefect.__version__),
+}
+missing = keys - version_checking._API_VERSION_CHECK_CACHE
+print("missing:", sorted(missing))
+print("threads:", threading.active_count())
+"""
+    url = PREFECT_API_URL.value()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, url],
+        env={**env, "PREFECT_API_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=STARTUP,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "missing: []" in done.stdout, done.stdout
+    assert "threads: 1" in done.stdout, done.stdout  # the server forks with none running
+
+
 def test_exit_statuses_and_errors_reach_the_caller(handed):
     bad = handed["bad"]
     assert bad.returncode == 2

@@ -338,32 +338,32 @@ def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``fdptm`` command. Run as a process (no ``argv``), it hands the command to a
-    running ``fdptm serve`` of this environment when there is one (``fdptm.handoff``)."""
+    running ``fdptm serve`` of this environment when there is one (``fdptm.__main__``, the
+    script's own entry, does so before importing this module)."""
     if argv is None:
-        served = _hand_off(sys.argv[1:])
+        from fdptm.__main__ import hand_off
+
+        served = hand_off(sys.argv[1:])
         if served is not None:
             return served
-        _quiet_prefect()
-        running.settings_to_be_read()  # a process of its own: Prefect is read later, here
+        return run_process(sys.argv[1:])
+    return _run(argv)
+
+
+def run_process(argv: list[str]) -> int:
+    """``fdptm ARGV`` as this process's own command (no server took it)."""
+    _quiet_prefect()
+    running.settings_to_be_read()  # a process of its own: Prefect is read later, here
+    return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         with _catalog_of(args):
             return _dispatch(args)
     finally:
         running.settings_not_read()  # a caller that goes on (tests) makes its own
-
-
-def _hand_off(argv: list[str]) -> int | None:
-    """The exit status of ``argv`` run by a release process, or None to run it here."""
-    from fdptm import handoff
-
-    if not argv or argv[0] in ("serve", "-h", "--help"):
-        return None
-    try:
-        return handoff.run_command(argv)
-    except handoff.HandoffError as exc:
-        _error(str(exc))
-        return 1
 
 
 @contextmanager

@@ -120,7 +120,10 @@ class Server:
         API and the same database as this process's."""
         from fdptm.flows import running
 
-        if os.environ.get("PREFECT_API_URL") or not running._ephemeral_wanted():
+        if named := os.environ.get("PREFECT_API_URL"):
+            _check_version(named)
+            return
+        if not running._ephemeral_wanted():
             return
         api = running.TemporaryAPI(detached=True)
         try:
@@ -130,6 +133,8 @@ class Server:
             self._api = None
             return
         self._api = (api, url, running.prefect_database()) if url else None
+        if url:
+            _check_version(url)
 
     def listen(self) -> None:
         """Bind and listen under a temporary name, then rename: the socket appears at its
@@ -282,6 +287,34 @@ class Server:
         except BaseException:  # ours, not the command's: the caller's stderr says what
             traceback.print_exc()
             return 1
+
+
+def _check_version(url: str) -> None:
+    """Prefect's check that the API at ``url`` speaks its version, done here once.
+
+    Prefect's clients check once per process (a request, and an SSL context built from
+    certifi's bundle even for plain HTTP: about 0.1 s of a served release, most of it in
+    the child's events thread) and remember the URLs that passed; the children forked later
+    inherit that memory. The events client and the HTTP client remember the URL in two
+    forms (the HTTP client's has httpx's trailing slash), so each client checks here. Both
+    leave no thread behind (the fork needs none running). An API that does not answer, or
+    answers with another major version, is not remembered: a child then checks it itself
+    and fails or warns as a fresh process does.
+    """
+    import asyncio
+
+    from prefect._internal.version_checking import check_server_version
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with contextlib.suppress(RuntimeError):
+        asyncio.run(check_server_version(url, LOG, raise_on_error=False))
+    with (
+        contextlib.suppress(RuntimeError),
+        temporary_settings(updates={PREFECT_API_URL: url}),
+        get_client(sync_client=True) as client,
+    ):
+        client.raise_for_api_version_mismatch_once()
 
 
 def _portable(value: Any) -> Any:
