@@ -201,19 +201,21 @@ def test_a_forked_child_does_not_keep_a_dead_owners_run_alive(tmp_path):
         "recovery.claim(ws, 'run-x')\n"
         "child = os.fork()\n"
         "if child == 0:\n"
-        "    print('forked', flush=True)\n"
+        "    os.write(1, b'forked\\n')\n"
         "    time.sleep(120)\n"
         "    os._exit(0)\n"
-        "print(child, flush=True)\n"
+        "os.write(1, f'{child}\\n'.encode())\n"
         "time.sleep(120)\n"
     )
     owner = subprocess.Popen(
         [sys.executable, "-c", code, str(workspace.root)], stdout=subprocess.PIPE, text=True
     )
-    # The child prints once os.fork() has returned in it, i.e. after the at-fork hook closed
+    # The child writes once os.fork() has returned in it, i.e. after the at-fork hook closed
     # its inherited descriptors; until then it holds the lock like any fork does (the test
-    # once killed the owner before a busy machine had scheduled the child).
+    # once killed the owner before a busy machine had scheduled the child). One os.write
+    # per line: a pipe keeps each whole, where print's two writes could interleave.
     lines = {owner.stdout.readline().strip(), owner.stdout.readline().strip()}
+    assert "forked" in lines, lines
     lines.remove("forked")
     child = int(lines.pop())
     try:
