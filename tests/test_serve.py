@@ -93,6 +93,17 @@ class Served:
             **options,
         )
 
+    def python(self, script: str, *flags: str) -> subprocess.CompletedProcess:
+        """A Python caller that runs ``script`` in this server's environment."""
+        return subprocess.run(
+            [sys.executable, *flags, "-c", script],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=STARTUP,
+        )
+
     def count(self) -> int:
         """How many commands the server has run (``fdptm serve --status``)."""
         status = self.run("serve", "--status")
@@ -165,14 +176,7 @@ def test_the_fdptm_script_hands_over_without_importing_the_command_line(served, 
         "sys.exit(status)\n"
     )
     before = served.count()
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=served.root,
-        env=served.env,
-        capture_output=True,
-        text=True,
-        timeout=STARTUP,
-    )
+    done = served.python(script)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["dataset"] == "small"
     assert "imported: []" in done.stderr
@@ -256,14 +260,7 @@ except BadInputError as exc:
     print("refused:", exc)
 """
     before = served.count()
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", script],
-        cwd=served.root,
-        env=served.env,
-        capture_output=True,
-        text=True,
-        timeout=STARTUP,
-    )
+    done = served.python(script, "-P")
     assert done.returncode == 0, done.stderr
     assert "topics 2" in done.stdout
     assert "prefect imported here: False" in done.stdout
