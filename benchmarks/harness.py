@@ -111,14 +111,15 @@ def fdptm(
 ) -> subprocess.CompletedProcess:
     """``fdptm argv`` as a fresh process, run from the temporary directory: the ``fdptm``
     script installed beside ``python`` (what a user runs: it hands a command to a running
-    ``fdptm serve`` before importing the command line), else ``python -m fdptm``.
+    ``fdptm serve`` before importing the command line), else ``python -m fdptm.cli`` (which
+    every version has).
 
     Not from the checkout: there ``-m`` would import the checkout's ``fdptm`` whatever
     ``python`` is, and a baseline interpreter must import its own.
     """
     script = Path(python).parent / "fdptm"
     done = subprocess.run(
-        [str(script), *argv] if script.exists() else [python, "-m", "fdptm", *argv],
+        [str(script), *argv] if script.exists() else [python, "-m", "fdptm.cli", *argv],
         env=env,
         capture_output=True,
         text=True,

@@ -78,6 +78,24 @@ def test_flows_import_where_the_os_has_no_affinity_masks():
     assert done.stdout.strip() == "ThreadPoolTaskRunner"
 
 
+def test_the_fdptm_script_and_python_m_fdptm_enter_through_the_hand_off():
+    """The installed ``fdptm`` script and ``python -m fdptm`` start in ``fdptm.__main__``,
+    which hands a command to a running ``fdptm serve`` before importing the command line
+    (tests/test_serve.py); both then run the command line as ``fdptm.cli`` does."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="fdptm")
+    assert script.value == "fdptm.__main__:main"
+    for command in ([sys.executable, "-m", "fdptm"], [str(Path(sys.executable).parent / "fdptm")]):
+        done = subprocess.run(
+            [*command, "mechanisms", "--json"], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        assert '"dp-vi"' in done.stdout
+
+
 def test_no_package_module_prints_except_the_cli():
     """Output is the CLI's job (``fdptm/cli.py``, its command modules ``cli_*.py``: local,
     verify, catalog, serve; and the script's entry ``fdptm/__main__.py``); everything else

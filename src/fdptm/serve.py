@@ -120,10 +120,7 @@ class Server:
         API and the same database as this process's."""
         from fdptm.flows import running
 
-        if named := os.environ.get("PREFECT_API_URL"):
-            _check_version(named)
-            return
-        if not running._ephemeral_wanted():
+        if os.environ.get("PREFECT_API_URL") or not running._ephemeral_wanted():
             return
         api = running.TemporaryAPI(detached=True)
         try:
@@ -290,27 +287,38 @@ class Server:
 
 
 def _check_version(url: str) -> None:
-    """Prefect's check that the API at ``url`` speaks its version, done here once.
+    """Prefect's check that the temporary API this process holds at ``url`` speaks its
+    version, done here once.
 
     Prefect's clients check once per process (a request, and an SSL context built from
     certifi's bundle even for plain HTTP: about 0.1 s of a served release, most of it in
     the child's events thread) and remember the URLs that passed; the children forked later
-    inherit that memory. The events client and the HTTP client remember the URL in two
-    forms (the HTTP client's has httpx's trailing slash), so each client checks here. Both
-    leave no thread behind (the fork needs none running). An API that does not answer, or
-    answers with another major version, is not remembered: a child then checks it itself
-    and fails or warns as a fresh process does.
+    inherit that memory. Only the held API is checked: it runs this very installation's
+    Prefect, and lives exactly as long as this process; a server named by
+    ``PREFECT_API_URL`` may be upgraded meanwhile, so children check it themselves. The
+    events client and the HTTP client remember the URL in two forms (the HTTP client's has
+    httpx's trailing slash), so each client checks here, unless the settings turn the check
+    off. The check is only a saving: whatever fails is not remembered (a child then checks
+    itself, as a fresh process does). It leaves no thread behind (the fork needs none
+    running) and no current event loop (a fresh process has none set either).
     """
     import asyncio
 
     from prefect._internal.version_checking import check_server_version
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
-    with contextlib.suppress(RuntimeError):
-        asyncio.run(check_server_version(url, LOG, raise_on_error=False))
+    if not get_current_settings().client.server_version_check_enabled:
+        return
+    loop = asyncio.new_event_loop()
+    try:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(check_server_version(url, LOG, raise_on_error=False))
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
     with (
-        contextlib.suppress(RuntimeError),
+        contextlib.suppress(Exception),
         temporary_settings(updates={PREFECT_API_URL: url}),
         get_client(sync_client=True) as client,
     ):
