@@ -19,6 +19,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from fdptm.audit.shadows import ModelScores
 from fdptm.flows.release import release
+from fdptm.parallel import threads_at_most
 from fdptm.parallel import workers as usable_cores
 from fdptm.request import ReleaseRequest
 from fdptm.storage.workspace import Workspace
@@ -26,8 +27,15 @@ from fdptm.tasks.audit import AuditPlan, AuditSpec, conclude, model_statistics, 
 
 
 @task(name="audit-models", cache_policy=NO_CACHE, retries=1)
-def model_task(plan: AuditPlan, index: int) -> tuple[ModelScores, ModelScores]:
-    return model_statistics(plan, index)
+def model_task(
+    plan: AuditPlan, index: int, threads: int | None = None
+) -> tuple[ModelScores, ModelScores]:
+    """The two models of half ``index``, their kernels on at most ``threads`` threads (None:
+    every core the process may use)."""
+    if threads is None:
+        return model_statistics(plan, index)
+    with threads_at_most(threads):
+        return model_statistics(plan, index)
 
 
 def task_runner(workers: int | None = None, dask_address: str | None = None, processes=False):
@@ -50,12 +58,13 @@ def task_runner(workers: int | None = None, dask_address: str | None = None, pro
 
 
 @flow(name="audit", log_prints=False, task_runner=ThreadPoolTaskRunner())
-def audit_flow(spec: AuditSpec) -> dict:
-    """Plan, every model as a task on the flow's task runner, conclude; returns the report."""
+def audit_flow(spec: AuditSpec, model_threads: int | None = None) -> dict:
+    """Plan, every model as a task on the flow's task runner (its kernels on at most
+    ``model_threads`` threads), conclude; returns the report."""
     log = get_run_logger()
     plan = plan_audit(spec)
     log.info("audit of %s: %d models (%s)", spec.run_id, 2 * len(plan.masks), spec.mode)
-    futures = [model_task.submit(plan, i) for i in range(len(plan.masks))]
+    futures = [model_task.submit(plan, i, model_threads) for i in range(len(plan.masks))]
     pairs = [f.result() for f in futures]
     report = conclude(plan, [p for p, _ in pairs], [m for _, m in pairs])
     log.info("audit of %s: %s", spec.run_id, report["verdict"])
@@ -84,9 +93,15 @@ def audit(
     dask_address: str | None = None,
     processes: bool = False,
 ) -> dict:
-    """Run the audit flow on the task runner that the arguments ask for (``task_runner``)."""
+    """Run the audit flow on the task runner that the arguments ask for (``task_runner``).
+
+    Locally the cores are shared out between the models that run at once: with one model
+    per core, each runs its kernels on one thread (at 2 models on 2 cores, each also
+    splitting its iterations over both cores cost 1.7x the time: every split is a GIL
+    round trip, benchmarks/audit_results.md). A Dask worker decides for itself."""
     runner = task_runner(workers, dask_address, processes)
-    return audit_flow.with_options(task_runner=runner)(spec)
+    share = None if dask_address else max(1, usable_cores() // (workers or usable_cores()))
+    return audit_flow.with_options(task_runner=runner)(spec, share)
 
 
 @flow(name="audited-release", log_prints=False, retries=0, persist_result=False)

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from fdptm.audit.attacks import attacks, verdict
 from fdptm.audit.bound import DocumentClaim, claim_per_document, split_bound
 from fdptm.audit.lira import normality_check, roc
-from fdptm.audit.report import roc_plot, write_html
+from fdptm.audit.report import roc_plots, write_html
 from fdptm.audit.shadows import (
     ModelScores,
     complement_loglik_per_token,
@@ -348,10 +348,13 @@ def conclude(plan: AuditPlan, pipeline: list[ModelScores], m2_only: list[ModelSc
     }
     out = workspace.root / "internal" / "audits" / f"{spec.run_id}-{spec.mode}"
     sha = write_json(report, out / "audit.json")
-    plots = {}
-    for name, attack in found.items():
-        plots[name] = f"roc-{name}.png"
-        roc_plot(roc(attack.scores, target_mask), f"{name} ({spec.run_id})", out / plots[name])
+    plots = {name: f"roc-{name}.png" for name in found}
+    roc_plots(
+        {
+            out / plots[name]: (roc(attack.scores, target_mask), f"{name} ({spec.run_id})")
+            for name, attack in found.items()
+        }
+    )
     write_html(report, manifest, plots, out / "report.html")
     catalog.register_artifact(
         f"audit/{spec.run_id}/{spec.mode}",

@@ -19,6 +19,7 @@ from fdptm.kernels import vi
 from fdptm.mechanisms import dp_vi
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP
 from fdptm.mechanisms.lda import Corpus, subset
+from fdptm.parallel import Placed
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
@@ -604,3 +605,81 @@ def test_alpha_above_a_million_is_refused_before_anything_runs():
             iterations=3,
             alpha=1e62,
         )
+
+
+# --- identical documents share one E-step -------------------------------------------------
+
+
+def repetitive_corpus(n_docs: int = 300, n_authors: int = 40, seed: int = 11) -> Corpus:
+    """Short documents over 4 words, so most repeat (within and across authors)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 4, n_docs)
+    doc_ptr = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(lengths, out=doc_ptr[1:])
+    words = rng.integers(0, 4, doc_ptr[-1])
+    return Corpus(doc_ptr, words, 4, rng.integers(0, n_authors, n_docs))
+
+
+def contents(data: dp_vi.VariationalCorpus, docs: np.ndarray) -> list[tuple]:
+    spans = [slice(data.doc_ptr[d], data.doc_ptr[d + 1]) for d in docs]
+    return [(tuple(data.words[s]), tuple(data.counts[s])) for s in spans]
+
+
+def test_document_slots_are_equal_exactly_for_identical_documents():
+    data = dp_vi.prepare(repetitive_corpus(), Adjacency.AUTHOR)
+    docs = data.unit_docs
+    slots, n_slots = vi.document_slots(data.doc_ptr, data.words, data.counts, docs)
+    seen = contents(data, docs)
+    assert n_slots == len(set(seen)) < len(docs) / 3
+    for i in range(len(docs)):
+        for j in range(len(docs)):
+            assert (slots[i] == slots[j]) == (seen[i] == seen[j])
+
+
+def test_colliding_hashes_never_merge_different_documents():
+    """Every document given the same hash: contents are compared in full, identical ones
+    among the first 8 distinct contents share a slot, and a document past them gets one of
+    its own (never another content's)."""
+    data = dp_vi.prepare(repetitive_corpus(), Adjacency.AUTHOR)
+    docs = data.unit_docs
+    hashes = np.zeros(len(docs), dtype=np.uint64)
+    slots, n_slots = vi.slots_by_hash(hashes, data.doc_ptr, data.words, data.counts, docs)
+    seen = contents(data, docs)
+    assert sorted(set(slots.tolist())) == list(range(n_slots))
+    for i in range(len(docs)):
+        for j in range(len(docs)):
+            if slots[i] == slots[j]:
+                assert seen[i] == seen[j]
+    leaders = list(dict.fromkeys(seen))[: vi._LEADERS]
+    for content in leaders:
+        assert len({slots[i] for i in range(len(docs)) if seen[i] == content}) == 1
+    assert n_slots > len(leaders)  # the contents past the first eight are not shared
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_shared_e_step_gives_every_unit_the_term_of_its_own(warm):
+    """One range holding every author (documents shared across authors) against one range
+    per author (nothing shared across authors): the same integer sums and norms, bit for
+    bit, cold and over three warm iterations."""
+    data = dp_vi.prepare(repetitive_corpus(), Adjacency.AUTHOR)
+    p = params(clip=0.5)
+    everyone = np.ones(data.n_units, dtype=bool)
+    betas = [random_beta(4, 4, s) for s in (21, 22, 23)]
+
+    def run(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with Placed(dp_vi.unit_shards(data, edges, own=False)) as placed:
+            for beta in betas:
+                out = dp_vi.clipped_statistics(data, beta, p, everyone, placed, warm=warm)
+        return out
+
+    shared = run(np.array([0, data.n_units]))
+    alone = run(np.arange(data.n_units + 1))
+    assert np.array_equal(shared[0], alone[0]) and np.array_equal(shared[1], alone[1])
+    assert shared[0].any()
+
+
+def test_exp_elog_beta_matches_scipy():
+    lam = np.random.default_rng(8).gamma(0.5, 3.0, (50, 6)) + 0.01
+    lam[0, 0], lam[1, 1] = 1e-3, 1e9
+    expected = np.exp(special.digamma(lam) - special.digamma(lam.sum(axis=0)))
+    np.testing.assert_allclose(dp_vi.exp_elog_beta(lam), expected, rtol=1e-11, atol=0)

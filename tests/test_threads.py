@@ -47,3 +47,27 @@ def test_a_bad_thread_cap_is_an_input_error_and_spends_nothing(tmp_path, pheme_r
         with pytest.raises(BadInputError, match="FDPTM_THREADS must be a whole number"):
             dataset.release(epsilon=3, delta=1e-6, topics=5, iterations=5)
     assert dataset.budget()["totals"]["document"]["epsilon"] == 0
+
+
+def test_a_thread_share_caps_the_kernels_of_its_context_only(monkeypatch):
+    """``threads_at_most`` (an audit's models, one per core) caps ``workers()`` and so
+    dp-vi's ranges within its block, in its own context only, and restores the cap after."""
+    import contextvars
+    import threading
+
+    from fdptm.mechanisms.dp_vi import local_chunks
+    from fdptm.parallel import each_chunk, threads_at_most, workers
+
+    monkeypatch.setenv("FDPTM_THREADS", "4")
+    cores = workers()
+    with threads_at_most(1):
+        assert workers() == 1
+        assert local_chunks((100, 5)) == 1
+        ran_in = []
+        each_chunk(lambda c: ran_in.append(threading.current_thread()), 3)
+        assert ran_in == [threading.current_thread()] * 3
+        assert contextvars.Context().run(workers) == cores  # another context: no cap
+        with threads_at_most(8):
+            assert workers() == cores  # never above the cores or $FDPTM_THREADS
+    assert workers() == cores
+    assert local_chunks((100, 5)) == (1 if cores == 1 else min(32, 2 * cores))

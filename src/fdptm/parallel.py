@@ -34,10 +34,25 @@ from fdptm.errors import BadInputError
 THREADS_VAR = "FDPTM_THREADS"
 """Environment variable capping the worker threads (default: every usable core)."""
 
+_SHARE: ContextVar[int | None] = ContextVar("fdptm_thread_share", default=None)
+
+
+@contextmanager
+def threads_at_most(threads: int) -> Iterator[None]:
+    """Within the block, ``workers()`` is at most ``threads`` in this context: for work that
+    already runs beside others of its kind on the cores (an audit's models, one per task
+    thread), where each splitting its kernels over every core again only queues the
+    threads on the same cores and on the GIL (benchmarks/audit_results.md)."""
+    token = _SHARE.set(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
 
 def workers() -> int:
     """The cores this process may run on (its affinity mask where the OS has one), capped
-    by $FDPTM_THREADS when set."""
+    by $FDPTM_THREADS when set and by an enclosing ``threads_at_most``."""
     if hasattr(os, "sched_getaffinity"):
         cores = max(1, len(os.sched_getaffinity(0)))
     else:
@@ -50,7 +65,8 @@ def workers() -> int:
                 f"use), got {cap!r}; set it to e.g. 2, or unset it to use every core"
             )
         cores = min(cores, int(cap))
-    return cores
+    share = _SHARE.get()
+    return cores if share is None else min(cores, share)
 
 
 def cap_numba() -> None:
@@ -90,12 +106,12 @@ def each_chunk(work: Callable[[int], None], chunks: int) -> None:
     """``work(c)`` for c = 0 .. chunks - 1 on up to ``workers()`` threads (in order on one,
     and in order when called from a chunk worker itself, which must not wait on its own
     pool)."""
-    threads = min(workers(), chunks)
-    if threads <= 1 or getattr(_IN_POOL, "active", False):
+    threads = 1 if chunks <= 1 or getattr(_IN_POOL, "active", False) else workers()
+    if threads <= 1:
         for c in range(chunks):
             work(c)
         return
-    list(_pool(threads).map(work, range(chunks)))
+    list(_pool(min(threads, chunks)).map(work, range(chunks)))
 
 
 _CLUSTER: ContextVar[str | None] = ContextVar("fdptm_dask_address", default=None)

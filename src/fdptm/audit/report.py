@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from fdptm.audit.lira import Roc
@@ -32,12 +33,15 @@ OPTIONAL_UTILITY = [
 ]
 
 
-def roc_plot(curve: Roc, title: str, path: Path) -> None:
-    """A log-log ROC curve with the chance line, written as PNG."""
+def roc_plots(curves: dict[Path, tuple[Roc, str]]) -> None:
+    """Each log-log ROC curve (with its title) written as PNG to its path, with the chance
+    line. One figure is laid out once and redrawn per curve: a figure per plot laid out
+    its log axes' labels afresh every time (about 0.4 s each, the largest part of an
+    audit's conclusion)."""
     fig = Figure(figsize=(4, 4), dpi=100)
     ax = fig.subplots()
     floor = 1e-4
-    ax.plot([max(f, floor) for f in curve.fpr], [max(t, floor) for t in curve.tpr], label="attack")
+    (line,) = ax.plot([floor, 1], [floor, 1], label="attack")
     ax.plot([floor, 1], [floor, 1], linestyle="--", color="grey", label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -45,10 +49,13 @@ def roc_plot(curve: Roc, title: str, path: Path) -> None:
     ax.set_ylim(floor, 1)
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
-    ax.set_title(title, fontsize=9)
+    title = ax.set_title("", fontsize=9)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    for path, (curve, name) in curves.items():
+        line.set_data(np.maximum(curve.fpr, floor), np.maximum(curve.tpr, floor))
+        title.set_text(name)
+        fig.savefig(path)
 
 
 def write_html(report: dict, manifest: dict, plots: dict[str, str], path: Path) -> None:

@@ -172,15 +172,25 @@ Theorem 8), amplified by Poisson subsampling to (log(1 + q (e^eps_t - 1)), q del
 (Balle, Barthe & Gaboardi 2018, Theorem 8) when q < 1, delta_t = min(delta / (q T), 1/2),
 summed over the T iterations.
 
-Where the statistic is computed. Step 3's sum runs over ``statistic_chunks`` fixed ranges of
-units (a function of the public k x V shape only), each summed into its own matrix, and the
-partial sums are added in range order (``clipped_statistics``). The ranges run on local
-threads, or, inside ``fdptm.parallel.on_cluster`` (``fdptm release --dask-address``), on a
-Dask cluster: each range is scattered once to a worker as its own corpus
-(``VariationalCorpus.units``), each iteration sends exp(E[log beta]) and the inclusion
-mask, and the workers return their ranges' clipped sums. The noise is drawn and added in
-the release process, once per iteration. Either way every range is the same kernel over
-the same units in the same order, so the released matrix is bit-identical.
+Where the statistic is computed. Step 3's sum runs over ranges of units, each summed into
+its own integer matrix, and the partial sums are added (``clipped_statistics``). The ranges
+run on local threads (``local_chunks``: one per thread or two, from the thread count), or,
+inside ``fdptm.parallel.on_cluster`` (``fdptm release --dask-address``), on a Dask cluster
+(``statistic_chunks``: a function of the public k x V shape only): each range is scattered
+once to a worker as its own corpus (``VariationalCorpus.units``), each iteration sends
+exp(E[log beta]) and the inclusion mask, and the workers return their ranges' clipped sums.
+The noise is drawn and added in the release process, once per iteration. Every unit's term
+is the same kernel's arithmetic on the unit's own documents wherever it runs, and the
+integer sum is exact in any grouping, so the released matrix is bit-identical for any
+cut, thread count or cluster.
+
+Timing. Within a range, documents with the same (word, count) pairs share one E-step
+(``fdptm.kernels.vi``: an E-step is a function of the document's own content and public
+values, so every copy's result is the same bit for bit); the unit's clipping and sum are
+per unit as above. M2's running time, like that of every stage, follows the data (the
+number of documents, their lengths, now the number of distinct ones); it is not part of
+the release, whose manifest and files carry its date and never a time
+(``tasks.release``), and the operator who sees the run's wall time holds the data anyway.
 
 Defaults (public constants, never fitted to a run's data; measured on PHEME at document
 level and on synthetic author-level corpora, 6 seeds). C = 2: once every unit is clipped,
@@ -223,6 +233,7 @@ data-independent bound).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -230,7 +241,6 @@ from typing import Protocol
 
 import dp_accounting
 import numpy as np
-from scipy.special import digamma
 
 from fdptm.errors import BadInputError
 from fdptm.evaluation.significance import EntryNoise
@@ -252,7 +262,7 @@ from fdptm.mechanisms.constraints import (
 )
 from fdptm.mechanisms.guarantee import APPROXIMATE_DP, Guarantee
 from fdptm.mechanisms.lda import Corpus
-from fdptm.parallel import Placed, cluster_address
+from fdptm.parallel import Placed, cluster_address, workers
 from fdptm.privacy import events, quantile
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
@@ -781,7 +791,7 @@ def private_clip(data: VariationalCorpus, params: DpViParams, noise: NoiseSource
 
 def exp_elog_beta(lam: np.ndarray) -> np.ndarray:
     """exp(E[log beta]) under q(beta_k) = Dir(lambda_k), for ``lam`` stored words x topics."""
-    return np.exp(digamma(lam) - digamma(lam.sum(axis=0)))
+    return vi.exp_elog_beta(np.ascontiguousarray(lam, dtype=np.float64))
 
 
 def sample_units(generator: np.random.Generator, n_units: int, rate: float) -> np.ndarray:
@@ -795,21 +805,28 @@ def sample_units(generator: np.random.Generator, n_units: int, rate: float) -> n
 class UnitShard:
     """The units [start, stop) of a corpus, for ``shard_statistic``: ``data`` is the whole
     corpus (``offset`` 0; local threads share it) or only these units (``offset`` = start;
-    ``VariationalCorpus.units``, what a Dask worker holds)."""
+    ``VariationalCorpus.units``, what a Dask worker holds). ``slots`` gives the shard's
+    documents, in unit order, one slot per distinct content (``vi.document_slots``: each
+    slot's E-step runs once per iteration)."""
 
     data: VariationalCorpus
     start: int
     stop: int
     offset: int
+    slots: np.ndarray
+    n_slots: int
 
 
 def unit_shards(data: VariationalCorpus, edges: np.ndarray, own: bool) -> list[UnitShard]:
     """One shard per range [edges[c], edges[c + 1]); ``own``: each with its own copy of its
     units (to be scattered to a cluster) instead of views of ``data``."""
-    ranges = zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)
-    if own:
-        return [UnitShard(data.units(a, b), a, b, a) for a, b in ranges]
-    return [UnitShard(data, a, b, 0) for a, b in ranges]
+    shards = []
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        held, offset = (data.units(a, b), a) if own else (data, 0)
+        docs = held.unit_docs[held.unit_ptr[a - offset] : held.unit_ptr[b - offset]]
+        slots, n_slots = vi.document_slots(held.doc_ptr, held.words, held.counts, docs)
+        shards.append(UnitShard(held, a, b, offset, slots, n_slots))
+    return shards
 
 
 def shard_statistic(
@@ -826,7 +843,7 @@ def shard_statistic(
     """(sum over the shard's included units of clip(S_u, C) in integer grid units, as
     ``clipped_statistics``; ||S_u||_2 of its units).
 
-    ``gammas``: one float32 row per document of the shard's units, in unit order, where the
+    ``gammas``: one float32 row per slot of the shard (``UnitShard.slots``), where the
     E-steps' final gammas are kept (and, with ``warm``, start from); None keeps nothing.
     The same kernel over the same units in the same order whether the shard is a view of
     the corpus or its own copy, so the partial sum is bit-identical either way."""
@@ -840,6 +857,8 @@ def shard_statistic(
         lo + shard.stop - shard.start,
         data.unit_ptr,
         data.unit_docs,
+        shard.slots,
+        shard.n_slots,
         data.doc_ptr,
         data.words,
         data.counts,
@@ -867,23 +886,24 @@ def warm_shard_statistic(
     call starts each document's E-step from its gamma of the previous iteration."""
     warm = gammas is not None
     if gammas is None:
-        data, lo = shard.data, shard.start - shard.offset
-        rows = data.unit_ptr[lo + shard.stop - shard.start] - data.unit_ptr[lo]
-        gammas = np.zeros((rows, beta.shape[1]), dtype=np.float32)
+        gammas = np.zeros((shard.n_slots, beta.shape[1]), dtype=np.float32)
     return shard_statistic(shard, beta, *args, gammas=gammas, warm=warm), gammas
 
 
+@functools.cache
 def statistic_grid(clip: float) -> float:
     """The grid g of the exact sum: the power of two with C / g in [2^GRID_BITS,
     2^(GRID_BITS + 1)) (a public function of C; C within ``CLIP_RANGE``). Each unit adds
     its clipped term in whole grid units, rounded towards zero, with L2 norm at most
-    ``unit_bound(C)`` units."""
+    ``unit_bound(C)`` units. Cached: every chunk of every iteration asks (the range check
+    alone was a tenth of an audit's time holding the GIL)."""
     if not CLIP_RANGE.accepts(clip):
         raise ValueError(f"the clipping norm {clip!r} is outside {CLIP_RANGE.describe()}")
     _, exponent = math.frexp(clip)  # clip = m 2^exponent, 1/2 <= m < 1
     return math.ldexp(1.0, exponent - GRID_BITS - 1)
 
 
+@functools.cache
 def unit_bound(clip: float) -> int:
     """floor(C / g): the largest L2 norm, in grid units, of one unit's term of the exact sum
     (the kernel checks each term against its square), and so the integer sum's L2
@@ -892,11 +912,24 @@ def unit_bound(clip: float) -> int:
 
 
 def placed_shards(data: VariationalCorpus, shape: tuple[int, int]) -> Placed:
-    """The corpus cut into ``statistic_chunks(shape)`` fixed unit ranges, placed where the
-    statistics run (``fdptm.parallel``: threads here, or copies on a Dask cluster)."""
-    chunks = statistic_chunks(shape)
+    """The corpus cut into unit ranges, placed where the statistics run (``fdptm.parallel``):
+    on a Dask cluster ``statistic_chunks(shape)`` ranges, each copied to a worker; here
+    ``local_chunks(shape)`` ranges on the threads. The integer sum is exact, so the result
+    is the same for any cut."""
+    own = cluster_address() is not None
+    chunks = statistic_chunks(shape) if own else local_chunks(shape)
     edges = np.linspace(0, data.n_units, chunks + 1).astype(np.int64)
-    return Placed(unit_shards(data, edges, own=cluster_address() is not None))
+    return Placed(unit_shards(data, edges, own=own))
+
+
+def local_chunks(shape: tuple[int, int]) -> int:
+    """Ranges for this process's threads: one when it has one, else two per thread (a
+    little balancing when one core is slowed) within ``statistic_chunks``' memory bound.
+    Every range is a kernel call that takes the GIL back when it returns; at 32 ranges an
+    iteration of a small corpus (an audit's PHEME halves: about 3 ms) spent more time
+    queueing for the GIL than computing (benchmarks/audit_results.md)."""
+    threads = workers()
+    return 1 if threads == 1 else min(statistic_chunks(shape), 2 * threads)
 
 
 def clipped_statistics(
@@ -913,10 +946,10 @@ def clipped_statistics(
 
     NOT private on its own: this is the statistic before the Gaussian noise.
 
-    The units are cut into ``statistic_chunks`` fixed ranges (``placed``, or placed here),
-    each summed into its own matrix on the worker threads or the Dask workers, and the
-    partial sums are added here in range order: the result does not depend on the number of
-    threads or workers. ``warm``: ``placed`` keeps every document's gamma from one call to
+    The units are cut into ranges (``placed``, or placed here: ``placed_shards``), each
+    summed into its own matrix on the worker threads or the Dask workers, and the partial
+    sums are added here: integers, so the result does not depend on the cut or on the
+    number of threads or workers. ``warm``: ``placed`` keeps every document's gamma from one call to
     the next and each E-step starts from it (``warm_shard_statistic``).
     """
     if warm and not included.all():
@@ -947,9 +980,9 @@ def clipped_statistics(
 
 
 def statistic_chunks(shape: tuple[int, int]) -> int:
-    """How many unit ranges ``clipped_statistics`` sums separately: 32, fewer when 32
-    partial words x topics matrices would pass 256 MB. A function of the (public) matrix
-    shape only, never of the thread count."""
+    """How many unit ranges ``clipped_statistics`` sums separately on a Dask cluster (and
+    the most on local threads): 32, fewer when 32 partial words x topics matrices would
+    pass 256 MB. A function of the (public) matrix shape only."""
     return int(max(1, min(32, (256 << 20) // (8 * shape[0] * shape[1]))))
 
 
