@@ -2,15 +2,18 @@
 
     pip install -e .
     python benchmarks/audit.py          # writes benchmarks/audit_results.{md,json}, audit_roc.png
-    python benchmarks/audit.py --only performance
+    python benchmarks/audit.py --only performance --baseline-python OTHER/.venv/bin/python
 
 All parts run on ../shared/data/pheme/pheme_clean.json (the paper's preprocessing, 5,698
 tweets), ingested into a temporary workspace with document-level units, at k = 5 topics
 and 64 shadow models (the paper uses 128):
 
 1. performance: ``fdptm audit --run ID --shadows 64`` on a dp-vi release (epsilon 5, the
-   CLI's defaults) in a fresh interpreter, as a user runs it: wall time and the peak
-   resident memory of the whole process tree (sampled every 20 ms), with one worker and two.
+   CLI's defaults) in a fresh interpreter as a user runs it, and handed to a running
+   ``fdptm serve``, in interleaved rounds (``--rounds``; with ``--baseline-python``, the
+   same arms of another checkout's installation in the same rounds): wall time and the
+   peak resident memory of the whole process tree (sampled every 50 ms); then once on one
+   worker and once on a process pool.
 2. non-private LDA with the full vocabulary (the paper's section 3 set-up): every model is
    non-private collapsed Gibbs sampling on its half with the corpus's whole vocabulary;
    online LiRA on zeta (eq. 3) against the three Huang et al. baselines.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +42,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import at_start, clean_env, measure, save, stem  # noqa: E402
+from harness import at_start, clean_env, measure, rounds, save, stem  # noqa: E402
 
 TITLE = "Audit benchmark and PHEME reproduction"
 TARGETS = (
@@ -104,61 +108,94 @@ def default_iterations() -> int:
     return ReleaseRequest.model_fields["iterations"].default
 
 
-def performance(workspace) -> list[dict]:
+def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
+    """``fdptm audit --shadows 64`` on every core, in a fresh process ("threads") and handed
+    to a running ``fdptm serve`` ("served"), ``n_rounds`` interleaved rounds (with the
+    ``baseline`` interpreter's arms too, when given); then one run each on one worker and
+    on a process pool."""
     run_id = _release(workspace, 1.25, 3.75, "dp-vi", iterations=default_iterations())
-    fdptm = str(Path(sys.executable).with_name("fdptm"))
     home = workspace.root.parent / "prefect-home"
-    # untimed: creates the Prefect database, which a user's machine does once, not per audit
-    warm_up = [fdptm, "audit", "--run", run_id, "--shadows", "2"]
-    measure([*warm_up, "--workspace", str(workspace.root)], clean_env(home=home))
-    rows = []
-    for workers, runner in ((1, "threads"), (2, "threads"), (2, "processes")):
-        command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
-        command += ["--workers", str(workers), "--workspace", str(workspace.root)]
-        command += ["--processes"] if runner == "processes" else []
-        run = measure(command, clean_env(home=home), interval=0.05)
-        rows.append(
-            {
-                "workers": workers,
-                "runner": runner,
-                "seconds": run.wall,
-                "peak_rss_mb": run.peak_mib * 2**20 / 1e6,
-                "run": run_id,
-                "iterations": default_iterations(),
-            }
-        )
-        print(f"audit, {workers} {runner}: {run.wall:.1f} s, {run.peak_mib:.0f} MiB", flush=True)
-    rows.append(_served_audit(workspace, run_id, fdptm, home))
-    return rows
+    pythons = {"": sys.executable} | ({"baseline ": baseline} if baseline else {})
+    cores = str(len(os.sched_getaffinity(0)))
 
+    def audit(python: str, *extra: str) -> list[str]:
+        command = [_script(python), "audit", "--run", run_id, "--shadows", str(SHADOWS)]
+        return [*command, *extra, "--workspace", str(workspace.root)]
 
-def _served_audit(workspace, run_id: str, fdptm: str, home: Path) -> dict:
-    """The same audit (2 workers, threads) handed to a ``fdptm serve`` started before it
-    (docs/how-to/serve.md): the imports and the temporary API are the server's."""
-    sockets = Path(tempfile.mkdtemp(prefix="fdptm-sockets-"))
-    env = {"PREFECT_HOME": str(home), "FDPTM_SERVE": "on", "FDPTM_SERVE_DIR": str(sockets)}
-    serve = [fdptm, "serve"]
-    started = subprocess.run(
-        [*serve, "--detach"], env={**os.environ, **env}, capture_output=True, text=True
-    )
-    if started.returncode != 0:
-        raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
-    pid = int(started.stdout.split("pid ")[1].split()[0])
+    for python in pythons.values():  # untimed: creates the Prefect database, once per machine
+        measure(audit(python, "--shadows", "2"), clean_env(home=home))
+    servers = {label: _Server(python, home) for label, python in pythons.items()}
     try:
-        command = [fdptm, "audit", "--run", run_id, "--shadows", str(SHADOWS)]
-        command += ["--workers", "2", "--workspace", str(workspace.root)]
-        run = measure(command, clean_env(home=home, **env), root=pid, interval=0.05)
+
+        def run(arm: str):
+            label, kind = ("baseline ", arm.split()[1]) if arm.startswith("baseline") else ("", arm)
+            command = audit(pythons[label], "--workers", cores)
+            if kind == "served":
+                server = servers[label]
+                return measure(command, server.env(home), root=server.pid, interval=0.05)
+            return measure(command, clean_env(home=home), interval=0.05)
+
+        arms = [f"{label}{kind}" for label in pythons for kind in ("threads", "served")]
+        runs = rounds(arms, n_rounds, run, lambda m: f"{m.wall:.1f} s")
     finally:
-        subprocess.run([*serve, "--stop"], env={**os.environ, **env}, capture_output=True)
-    print(f"audit, 2 threads, served: {run.wall:.1f} s, {run.peak_mib:.0f} MiB", flush=True)
-    return {
-        "workers": 2,
-        "runner": "threads, served",
-        "seconds": run.wall,
-        "peak_rss_mb": run.peak_mib * 2**20 / 1e6,
-        "run": run_id,
-        "iterations": default_iterations(),
+        for server in servers.values():
+            server.stop()
+    rows = [_row(arm, int(cores), measured, runs) for arm, measured in runs.items()]
+    for workers, runner in ((1, "threads"), (int(cores), "processes")):
+        extra = ["--workers", str(workers)] + (["--processes"] if runner == "processes" else [])
+        measured = measure(audit(sys.executable, *extra), clean_env(home=home), interval=0.05)
+        rows.append(_row(runner, workers, [measured], runs))
+        print(f"audit, {workers} {runner}: {measured.wall:.1f} s", flush=True)
+    return [r | {"run": run_id, "iterations": default_iterations()} for r in rows]
+
+
+def _row(arm: str, workers: int, runs: list, every: dict) -> dict:
+    """One table row: the arm's median wall, its range, its peak RSS and, for this code's
+    arms, the ratio to the baseline's median in the same rounds."""
+    walls = [m.wall for m in runs]
+    row = {
+        "arm": arm,
+        "workers": workers,
+        "runner": arm.removeprefix("baseline "),
+        "seconds": statistics.median(walls),
+        "min": min(walls),
+        "max": max(walls),
+        "n": len(walls),
+        "peak_rss_mb": max(m.peak_mib for m in runs) * 2**20 / 1e6,
     }
+    other = every.get(f"baseline {arm}")
+    if other and not arm.startswith("baseline") and len(runs) == len(other):
+        row["ratio_to_baseline"] = row["seconds"] / statistics.median(m.wall for m in other)
+    return row
+
+
+def _script(python: str) -> str:
+    """The ``fdptm`` script installed beside ``python``."""
+    return str(Path(python).with_name("fdptm"))
+
+
+class _Server:
+    """A ``fdptm serve --detach`` of ``python``'s installation, with its own socket folder
+    (docs/how-to/serve.md): the imports and the temporary API are the server's."""
+
+    def __init__(self, python: str, home: Path) -> None:
+        self.script = _script(python)
+        self.sockets = Path(tempfile.mkdtemp(prefix="fdptm-sockets-"))
+        started = subprocess.run(
+            [self.script, "serve", "--detach"], env=self.env(home), capture_output=True, text=True
+        )
+        if started.returncode != 0:
+            raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
+        self.pid = int(started.stdout.split("pid ")[1].split()[0])
+        self.home = home
+
+    def env(self, home: Path) -> dict[str, str]:
+        return clean_env(home=home, FDPTM_SERVE="on", FDPTM_SERVE_DIR=str(self.sockets))
+
+    def stop(self) -> None:
+        subprocess.run(
+            [self.script, "serve", "--stop"], env=self.env(self.home), capture_output=True
+        )
 
 
 def non_private(workspace) -> list[dict]:
@@ -359,14 +396,20 @@ def _markdown(results: dict, parts: list[str]) -> str:
             "trains 65 pipeline models and 65 M2-alone models, scores every document under",
             "each and attacks; wall time of the command in a fresh interpreter (Prefect's",
             "temporary server included, its database created beforehand by an untimed audit)",
-            "and peak RSS summed over its process tree.",
+            "or handed to a running `fdptm serve` (served: the peak RSS is then the server's",
+            "whole tree), and peak RSS summed over its process tree. Arms interleaved in",
+            "rounds; the baseline arms are another checkout's installation (`--baseline-python`).",
             "",
-            "| workers | runner | wall (s) | peak RSS (MB) |",
-            "|---|---|---|---|",
+            "| arm | workers | runs | median wall (s) | min-max (s) | ratio to baseline | "
+            "peak RSS (MB) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in results["performance"]:
+            ratio = r.get("ratio_to_baseline")
             lines.append(
-                f"| {r['workers']} | {r['runner']} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} |"
+                f"| {r['arm']} | {r['workers']} | {r['n']} | {r['seconds']:.1f} | "
+                f"{r['min']:.1f}-{r['max']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | "
+                f"{r['peak_rss_mb']:.0f} |"
             )
         lines.append("")
     if "non-private" in parts:
@@ -448,6 +491,8 @@ def _markdown(results: dict, parts: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=PARTS, action="append")
+    parser.add_argument("--rounds", type=int, default=3, help="performance: interleaved rounds")
+    parser.add_argument("--baseline-python", help="performance: another checkout's interpreter")
     args = parser.parse_args()
     parts = args.only or list(PARTS)
     out = stem("audit_results").with_suffix(".json")  # --only merges into the last record
@@ -456,7 +501,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _workspace(Path(tmp) / "ws")
         if "performance" in parts:
-            results["performance"] = performance(workspace)
+            results["performance"] = performance(workspace, args.rounds, args.baseline_python)
         if "non-private" in parts:
             results["non-private"] = non_private(workspace)
         if "fdptm" in parts:
