@@ -66,3 +66,24 @@ def test_normality_check_counts_rejections_with_fdr_control():
     assert check.rejected == 0
     skewed = rng.exponential(size=(40, 50)) ** 3
     assert normality_check(skewed, shadow_in).rejected > 50
+
+
+def test_normality_check_tests_each_sample_as_on_its_own():
+    """The vectorised tests (one call per sample size) count what one Shapiro-Wilk test per
+    sample counts, with constant samples and samples under 3 values left out."""
+    from scipy.stats import false_discovery_control, shapiro
+
+    rng = np.random.default_rng(9)
+    shadow_in = rng.random((12, 300)) < rng.uniform(0.05, 0.95, 300)
+    shadow = np.where(rng.random(300) < 0.3, rng.exponential(size=(12, 300)) ** 2, 0.0)
+    shadow += rng.normal(size=(12, 300)) * (rng.random(300) < 0.9)
+    p_values = []
+    for side in (shadow_in, ~shadow_in):
+        for d in range(300):
+            values = shadow[side[:, d], d]
+            if len(values) >= 3 and np.ptp(values) > 0:
+                p_values.append(shapiro(values).pvalue)
+    expected = int((false_discovery_control(np.array(p_values), method="bh") <= 0.05).sum())
+    check = normality_check(shadow, shadow_in)
+    assert (check.tests, check.rejected) == (len(p_values), expected)
+    assert 0 < expected < len(p_values) and len(p_values) < 600

