@@ -17,10 +17,13 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from fdptm.audit.lira import Roc
 from fdptm.evaluation.topwords import NEAR_UNIFORM_TV
 from fdptm.templating import render
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 # Utility measures shown when the audit's utility block has them (a value, not None):
 # (key, header, format). UMass, perplexities and the distance to the non-private model are
@@ -35,9 +38,10 @@ OPTIONAL_UTILITY = [
 
 def roc_plots(curves: dict[Path, tuple[Roc, str]]) -> None:
     """Each log-log ROC curve (with its title) written as PNG to its path, with the chance
-    line. One figure is laid out once and redrawn per curve: a figure per plot laid out
-    its log axes' labels afresh every time (about 0.4 s each, the largest part of an
-    audit's conclusion)."""
+    line. One figure is laid out once and redrawn per curve, its decades labelled in plain
+    text (10⁻⁴ .. 10⁰) and without minor ticks: a figure per plot, with mathtext labels
+    and 64 minor ticks drawn each time, took about 0.4 s a plot, the largest part of an
+    audit's conclusion (now about a quarter of that)."""
     fig = Figure(figsize=(4, 4), dpi=100)
     ax = fig.subplots()
     floor = 1e-4
@@ -47,9 +51,16 @@ def roc_plots(curves: dict[Path, tuple[Roc, str]]) -> None:
     ax.set_yscale("log")
     ax.set_xlim(floor, 1)
     ax.set_ylim(floor, 1)
+    decades = range(-4, 1)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator([10.0**e for e in decades]))
+        axis.set_major_formatter(
+            FixedFormatter([f"10{str(e).translate(_SUPERSCRIPT)}" for e in decades])
+        )
+        axis.set_minor_locator(NullLocator())
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
-    title = ax.set_title("", fontsize=9)
+    title = ax.set_title("ROC", fontsize=9)  # a line of title for the layout; set per plot
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     for path, (curve, name) in curves.items():
