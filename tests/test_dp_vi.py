@@ -95,7 +95,7 @@ def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates():
     words = np.sort(rng.choice(50, 12, replace=False)).astype(np.int64)
     counts = rng.integers(1, 4, 12).astype(np.float64)
     gamma, eth = np.empty(5), np.empty(5)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth, False)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth, False, np.empty(5))
     phi = eth[None, :] * beta[words]
     phi /= phi.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(gamma, 0.1 + counts @ phi, rtol=1e-8)
@@ -111,12 +111,12 @@ def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one()
     words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
     counts = rng.integers(1, 3, 9).astype(np.float64)
     cold, eth = np.empty(4), np.empty(4)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, np.empty(4))
     warm = cold.copy()
-    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True)
+    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True, np.empty(4))
     np.testing.assert_allclose(warm, cold, rtol=1e-9)
     start = rng.gamma(1.0, 3.0, 4) + 0.1
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True, np.empty(4))
     np.testing.assert_allclose(start, cold, rtol=1e-6)
 
 

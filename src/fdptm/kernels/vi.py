@@ -123,7 +123,9 @@ def _theta_weights(gamma, out):
 
 
 @njit(cache=True, nogil=True)
-def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth, warm):
+def doc_e_step(
+    words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth, warm, acc
+):
     """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
 
     phi_wk is proportional to exp(E[log theta_k]) exp(E[log beta_kw]) and
@@ -134,7 +136,8 @@ def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, g
     gamma_k = alpha + n / k, or, when ``warm``, from the ``gamma`` passed in (the
     document's gamma at the end of its previous E-step). Stops after ``max_iterations`` or
     when the mean absolute change of gamma is below ``tolerance``. On return ``gamma`` and
-    ``eth`` are consistent (eth computed from the final gamma).
+    ``eth`` are consistent (eth computed from the final gamma). ``acc`` (k values) is the
+    caller's scratch space, so that an E-step allocates nothing.
     """
     n_topics = gamma.shape[0]
     if not warm:
@@ -144,7 +147,6 @@ def doc_e_step(words, counts, exp_elog_beta, alpha, max_iterations, tolerance, g
         for k in range(n_topics):
             gamma[k] = alpha + length / n_topics
     _theta_weights(gamma, eth)
-    acc = np.empty(n_topics)
     for _ in range(max_iterations):
         acc[:] = 0.0
         for i in range(words.shape[0]):
@@ -322,6 +324,7 @@ def clipped_statistics(
     touched = np.empty(n_words, dtype=np.int64)
     mark = np.zeros(n_words, dtype=np.bool_)
     gamma = np.empty(n_topics)
+    acc = np.empty(n_topics)
     eths = np.empty((n_slots, n_topics))
     done = np.zeros(n_slots, dtype=np.bool_)
     keep = gammas.shape[0] > 0
@@ -353,6 +356,7 @@ def clipped_statistics(
                     gamma,
                     eth,
                     keep and warm,
+                    acc,
                 )
                 if keep:
                     for k in range(n_topics):
