@@ -71,3 +71,25 @@ def test_a_thread_share_caps_the_kernels_of_its_context_only(monkeypatch):
             assert workers() == cores  # never above the cores or $FDPTM_THREADS
     assert workers() == cores
     assert local_chunks((100, 5)) == (1 if cores == 1 else min(32, 2 * cores))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_models_side_by_side_each_run_their_share_of_threads():
+    """Two model threads, each within ``threads_at_most(2)``: four chunks run at once (each
+    thread its own pool), not two (one pool of the share's size, queued on by both)."""
+    import threading
+
+    from fdptm.parallel import each_chunk, threads_at_most
+
+    together = threading.Barrier(4, timeout=20)
+
+    def model() -> None:
+        with threads_at_most(2):
+            each_chunk(lambda c: together.wait(), 2)
+
+    threads = [threading.Thread(target=model) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not together.broken

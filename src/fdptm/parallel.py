@@ -1,9 +1,10 @@
-"""Threads for the numeric kernels: how many, and a deterministic map over fixed chunks.
+"""Threads for the numeric kernels: how many, and a deterministic map over chunks.
 
-Work is split into chunks whose number and boundaries never depend on the thread count,
-each chunk writes its own output, and the caller combines the outputs in chunk order, so a
-result is bit-identical on one thread or many. The kernels release the GIL (numba
-``nogil``, OpenDP's FFI), so the threads run on separate cores.
+Work is split into chunks, each chunk writes its own output, and the caller combines the
+outputs in chunk order, so a result is bit-identical on one thread or many: the chunks'
+number and boundaries never depend on the thread count, or, where they do (dp-vi's ranges
+of units, ``local_chunks``), the combination is exact integer addition. The kernels
+release the GIL (numba ``nogil``, OpenDP's FFI), so the threads run on separate cores.
 
 The same chunks can run on a Dask cluster instead (``on_cluster``: ``fdptm release
 --dask-address``): ``Placed`` keeps each chunk's data where its work runs (scattered once
@@ -77,7 +78,7 @@ def cap_numba() -> None:
     numba.set_num_threads(min(workers(), numba.config.NUMBA_NUM_THREADS))
 
 
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int, int | None], ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 _IN_POOL = threading.local()
 
@@ -90,8 +91,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     """This process's pool of ``threads`` chunk workers, made once: an iterative mechanism
     runs ``each_chunk`` every iteration (dp-vi: 100 a training, and an audit trains 130
     models), and starting threads each time cost more than small chunks' work. Keyed by
-    process id too, so a forked child never waits on its parent's threads."""
-    key = (os.getpid(), threads)
+    process id too, so a forked child never waits on its parent's threads, and, under a
+    ``threads_at_most`` share, by the calling thread: models side by side, each with its
+    share, each get their own threads instead of queueing on one pool of a share's size."""
+    key = (os.getpid(), threads, None if _SHARE.get() is None else threading.get_ident())
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
@@ -260,7 +263,7 @@ class Placed:
     returns ``[fn(chunk, *shared) for chunk in chunks]``.
 
     ``map_stateful`` also keeps one state per chunk where the chunk lives, from one call to
-    the next (``dp-vi``'s per-document gammas): only the results travel.
+    the next (``dp-vi``'s gammas): only the results travel.
     """
 
     def __init__(self, chunks: list[Any]) -> None:

@@ -198,10 +198,12 @@ def _same(doc_ptr, words, counts, a, b):
 
 @njit(cache=True, nogil=True)
 def document_slots(doc_ptr, words, counts, docs):
-    """(slots, n): slots[j] in [0, n) for document ``docs[j]``, equal exactly when two of
-    these documents have the same (word, count) pairs (up to ``_LEADERS`` distinct contents
-    per hash value; beyond that a document has a slot of its own). Contents are grouped by
-    a 64-bit hash and compared in full, so a collision never merges two documents."""
+    """(slots, n, shared): slots[j] in [0, n) (int32) for document ``docs[j]``, equal
+    exactly when two of these documents have the same (word, count) pairs (up to
+    ``_LEADERS`` distinct contents per hash value; beyond that a document has a slot of its
+    own); the slots [0, shared) hold two documents or more, the others one. Contents are
+    grouped by a 64-bit hash and compared in full, so a collision never merges two
+    documents."""
     hashes = np.empty(docs.shape[0], dtype=np.uint64)
     for j in range(docs.shape[0]):
         d = docs[j]
@@ -217,7 +219,7 @@ def slots_by_hash(hashes, doc_ptr, words, counts, docs):
     """``document_slots`` given each document's hash (a test passes colliding ones)."""
     n_docs = docs.shape[0]
     order = np.argsort(hashes, kind="mergesort")
-    slots = np.empty(n_docs, dtype=np.int64)
+    slots = np.empty(n_docs, dtype=np.int32)
     leaders = np.empty(_LEADERS, dtype=np.int64)
     n_slots = 0
     start = 0
@@ -241,7 +243,31 @@ def slots_by_hash(hashes, doc_ptr, words, counts, docs):
                     n_leaders += 1
             slots[j] = slot
         start = end
-    return slots, n_slots
+    return _shared_first(slots, n_slots)
+
+
+@njit(cache=True, nogil=True)
+def _shared_first(slots, n_slots):
+    """(slots, n_slots, shared) with the slots of two documents or more renumbered to
+    [0, shared), in their order, and the single ones after them: only the shared slots
+    need a kept result (``clipped_statistics``), so its memory follows the repeats."""
+    sizes = np.zeros(n_slots, dtype=np.int64)
+    for j in range(slots.shape[0]):
+        sizes[slots[j]] += 1
+    renamed = np.empty(n_slots, dtype=np.int32)
+    shared = 0
+    for slot in range(n_slots):
+        if sizes[slot] > 1:
+            renamed[slot] = shared
+            shared += 1
+    single = shared
+    for slot in range(n_slots):
+        if sizes[slot] == 1:
+            renamed[slot] = single
+            single += 1
+    for j in range(slots.shape[0]):
+        slots[j] = renamed[slots[j]]
+    return slots, n_slots, shared
 
 
 @njit(cache=True, nogil=True)
@@ -276,6 +302,7 @@ def clipped_statistics(
     unit_docs,
     slots,
     n_slots,
+    shared,
     doc_ptr,
     words,
     counts,
@@ -295,15 +322,18 @@ def clipped_statistics(
     """stats += sum over the included units u in [first, last) of q_u, the clipped S_u in
     integer units of the grid 1 / ``per_unit``; norms[u - first] = ||S_u||_2 before clipping.
 
-    ``slots`` (with ``n_slots``: ``document_slots`` of the documents
+    ``slots`` (with ``n_slots`` and ``shared``: ``document_slots`` of the documents
     ``unit_docs[unit_ptr[first]:unit_ptr[last]]``) gives document ``unit_docs[j]`` the slot
-    slots[j - unit_ptr[first]]; each slot's E-step runs once per call, for its first
-    included document, and every document of the slot uses its result (module docstring).
+    slots[j - unit_ptr[first]]; each shared slot's E-step runs once per call, for its first
+    included document, and every document of the slot uses its result (module docstring);
+    a slot of one document runs its E-step where it is met, keeping nothing.
 
     ``gammas`` (float32) keeps one gamma per slot, or has no rows (nothing kept). When it
     has rows, every E-step's final gamma is stored there, and with ``warm`` the E-step
     starts from the stored one (``doc_e_step``), raised to alpha where float32 rounded it
-    below (every exact gamma_k is at least alpha).
+    below (every exact gamma_k is at least alpha). Warm starts need every unit included
+    (ValueError otherwise): then every slot's E-step runs in every call and its gamma is the
+    history of its content alone, the same for each of its documents.
 
     S_u (words x topics) is the sum over the unit's documents of n_dw phi_dwk, the expected
     sufficient statistics of the unit, computed with the fixed (public) ``exp_elog_beta``.
@@ -325,10 +355,15 @@ def clipped_statistics(
     mark = np.zeros(n_words, dtype=np.bool_)
     gamma = np.empty(n_topics)
     acc = np.empty(n_topics)
-    eths = np.empty((n_slots, n_topics))
-    done = np.zeros(n_slots, dtype=np.bool_)
+    single = np.empty(n_topics)
+    eths = np.empty((shared, n_topics))
+    done = np.zeros(shared, dtype=np.bool_)
     keep = gammas.shape[0] > 0
     base = unit_ptr[first]
+    if keep and warm:
+        for u in range(first, last):
+            if not included[u]:  # a slot's gamma would depend on which units were in
+                raise ValueError("warm starts need every unit included")
     for u in range(first, last):
         if not included[u]:
             continue
@@ -340,9 +375,10 @@ def clipped_statistics(
                 continue
             doc_words, doc_counts = words[lo:hi], counts[lo:hi]
             slot = slots[j - base]
-            eth = eths[slot]
-            if not done[slot]:
-                done[slot] = True
+            eth = eths[slot] if slot < shared else single
+            if slot >= shared or not done[slot]:
+                if slot < shared:
+                    done[slot] = True
                 if keep and warm:  # gamma >= alpha exactly; float32 may round below it
                     for k in range(n_topics):
                         gamma[k] = max(np.float64(gammas[slot, k]), alpha)
