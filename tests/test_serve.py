@@ -334,8 +334,16 @@ def blocked_budget(served: Served, prefix: tuple[str, ...] = ()):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_interactive_signals,
         )
         yield caller, _wait_for_adoption(served)
+
+
+def _interactive_signals() -> None:
+    """The caller's Ctrl-C as in a terminal, however the suite was started: a suite run as
+    a background job (``.ci/run &``) ignores SIGINT, every process it starts inherits that,
+    and a caller that ignores SIGINT rightly neither relays it nor dies of it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_reaches_the_served_command(served, handed):
