@@ -96,9 +96,11 @@ def audit(
     """Run the audit flow on the task runner that the arguments ask for (``task_runner``).
 
     Locally the cores are shared out between the models that run at once: with one model
-    per core, each runs its kernels on one thread (at 2 models on 2 cores, each also
-    splitting its iterations over both cores cost 1.7x the time: every split is a GIL
-    round trip, benchmarks/audit_results.md). A Dask worker decides for itself."""
+    per core, each runs its kernels on one thread. Two models on two cores each splitting
+    their iterations over both cores again took 1.7x the time per model pair when dp-vi
+    cut its statistic into 32 ranges (every range a GIL round trip), and 1.0-1.15x with
+    its ranges per thread (four measurements on PHEME halves, 2026-11-29). A Dask worker
+    decides for itself."""
     runner = task_runner(workers, dask_address, processes)
     share = None if dask_address else max(1, usable_cores() // (workers or usable_cores()))
     return audit_flow.with_options(task_runner=runner)(spec, share)
