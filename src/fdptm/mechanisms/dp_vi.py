@@ -189,7 +189,8 @@ Timing. Within a range, documents with the same (word, count) pairs share one E-
 (``fdptm.kernels.vi``: an E-step is a function of the document's own content and public
 values, so every copy's result is the same bit for bit); the unit's clipping and sum are
 per unit as above. M2's running time, like that of every stage, follows the data (the
-number of documents, their lengths, now the number of distinct ones); it is not part of
+number of documents, their lengths, and now how many of them repeat, a sharper signal
+than the counts alone); it is not part of
 the release, whose manifest and files carry its date and never a time
 (``tasks.release``), and the operator who sees the run's wall time holds the data anyway.
 
