@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import at_start, clean_env, measure, rounds, save, stem  # noqa: E402
+from harness import (  # noqa: E402
+    at_start,
+    clean_env,
+    fdptm,
+    fdptm_argv,
+    measure,
+    rounds,
+    save,
+    stem,
+)
 
 TITLE = "Audit benchmark and PHEME reproduction"
 TARGETS = (
@@ -118,22 +126,22 @@ def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
     pythons = {"": sys.executable} | ({"baseline ": baseline} if baseline else {})
     cores = str(len(os.sched_getaffinity(0)))
 
-    def audit(python: str, *extra: str) -> list[str]:
-        command = [_script(python), "audit", "--run", run_id, "--shadows", str(SHADOWS)]
-        return [*command, *extra, "--workspace", str(workspace.root)]
+    def audit(python: str, *extra: str, shadows: int = SHADOWS) -> list[str]:
+        argv = ["audit", "--run", run_id, "--shadows", str(shadows), *extra]
+        return [*fdptm_argv(python), *argv, "--workspace", str(workspace.root)]
 
     for python in pythons.values():  # untimed: creates the Prefect database, once per machine
-        measure(audit(python, "--shadows", "2"), clean_env(home=home))
+        measure(audit(python, shadows=2), clean_env(home=home))
     servers = {label: _Server(python, home) for label, python in pythons.items()}
     try:
 
         def run(arm: str):
             label, kind = ("baseline ", arm.split()[1]) if arm.startswith("baseline") else ("", arm)
-            command = audit(pythons[label], "--workers", cores)
+            argv = audit(pythons[label], "--workers", cores)
             if kind == "served":
                 server = servers[label]
-                return measure(command, server.env(home), root=server.pid, interval=0.05)
-            return measure(command, clean_env(home=home), interval=0.05)
+                return measure(argv, server.env, root=server.pid, interval=0.05)
+            return measure(argv, clean_env(home=home), interval=0.05)
 
         arms = [f"{label}{kind}" for label in pythons for kind in ("threads", "served")]
         runs = rounds(arms, n_rounds, run, lambda m: f"{m.wall:.1f} s")
@@ -169,33 +177,19 @@ def _row(arm: str, workers: int, runs: list, every: dict) -> dict:
     return row
 
 
-def _script(python: str) -> str:
-    """The ``fdptm`` script installed beside ``python``."""
-    return str(Path(python).with_name("fdptm"))
-
-
 class _Server:
     """A ``fdptm serve --detach`` of ``python``'s installation, with its own socket folder
     (docs/how-to/serve.md): the imports and the temporary API are the server's."""
 
     def __init__(self, python: str, home: Path) -> None:
-        self.script = _script(python)
-        self.sockets = Path(tempfile.mkdtemp(prefix="fdptm-sockets-"))
-        started = subprocess.run(
-            [self.script, "serve", "--detach"], env=self.env(home), capture_output=True, text=True
-        )
-        if started.returncode != 0:
-            raise RuntimeError(f"fdptm serve did not start: {started.stderr}")
+        self.python = python
+        sockets = tempfile.mkdtemp(prefix="fdptm-sockets-")
+        self.env = clean_env(home=home, FDPTM_SERVE="on", FDPTM_SERVE_DIR=sockets)
+        started = fdptm("serve", "--detach", env=self.env, python=python)
         self.pid = int(started.stdout.split("pid ")[1].split()[0])
-        self.home = home
-
-    def env(self, home: Path) -> dict[str, str]:
-        return clean_env(home=home, FDPTM_SERVE="on", FDPTM_SERVE_DIR=str(self.sockets))
 
     def stop(self) -> None:
-        subprocess.run(
-            [self.script, "serve", "--stop"], env=self.env(self.home), capture_output=True
-        )
+        fdptm("serve", "--stop", env=self.env, python=self.python, check=False)
 
 
 def non_private(workspace) -> list[dict]:

@@ -117,9 +117,8 @@ def fdptm(
     Not from the checkout: there ``-m`` would import the checkout's ``fdptm`` whatever
     ``python`` is, and a baseline interpreter must import its own.
     """
-    script = Path(python).parent / "fdptm"
     done = subprocess.run(
-        [str(script), *argv] if script.exists() else [python, "-m", "fdptm.cli", *argv],
+        [*fdptm_argv(python), *argv],
         env=env,
         capture_output=True,
         text=True,
@@ -128,6 +127,12 @@ def fdptm(
     if check and done.returncode != 0:
         raise RuntimeError(f"fdptm {argv[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
     return done
+
+
+def fdptm_argv(python: str = sys.executable) -> list[str]:
+    """How ``fdptm`` runs with ``python``'s installation (``fdptm``'s docstring)."""
+    script = Path(python).parent / "fdptm"
+    return [str(script)] if script.exists() else [python, "-m", "fdptm.cli"]
 
 
 def first_tweets(path: Path, n: int = 100) -> Path:
