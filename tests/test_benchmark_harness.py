@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,54 @@ def test_the_runner_lists_every_benchmark_with_what_it_measures(bench, capsys):
 def test_the_runner_refuses_an_unknown_benchmark(bench, capsys):
     assert bench.main(["no_such_benchmark"]) == 2
     assert "no benchmark 'no_such_benchmark'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("bench_suite", HARNESS.parent / "suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suite_benchmark_names_each_process_by_what_it_runs(suite):
+    served = "/v/bin/python3 -P -m fdptm.cli serve"
+    assert suite.kind(served, "/v/bin/python3 /v/bin/fdptm serve --detach") == "fdptm serve"
+    assert suite.kind(served, served).startswith("served fdptm command")
+    assert suite.kind("/v/bin/python3 /v/bin/fdptm release --dataset x", None) == "fdptm release"
+    assert suite.kind("/v/bin/python -m fdptm.cli budget --dataset x", "bash") == "fdptm budget"
+    api = "/v/bin/python3 -P -m fdptm.flows.api_server 12 5"
+    assert suite.kind(api, None).startswith("temporary Prefect API server")
+    worker = "/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))"
+    assert suite.kind(worker, worker) == "fork of: pytest worker (xdist)"
+    assert suite.kind("/usr/lib/postgresql/15/bin/postgres -D /tmp/x", None) == "PostgreSQL"
+    durations = "== slowest ==\n12.50s call     tests/t.py::test_b[x y]\n0.01s setup    t.py::c\n"
+    assert suite.slowest(durations) == [
+        (12.5, "call", "tests/t.py::test_b[x y]"),
+        (0.01, "setup", "t.py::c"),
+    ]
+
+
+def test_the_suite_benchmark_follows_descendants_and_marked_processes(suite):
+    """A process tree's child and a process that only carries the run's marker are both
+    followed, with the CPU they used (at least what they had at the last reading: a busy
+    loop of 0.6 CPU seconds is read at most a quarter second before it ends)."""
+    busy = "import time\nwhile time.process_time() < 0.6: pass"
+    tree = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {busy!r}])"
+    token = "t0ken"
+    watch = suite.Watch(root=-1, token=token, boot_ticks=suite._start_ticks())
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    parent = subprocess.Popen([sys.executable, "-c", tree])
+    watch.ours.add(parent.pid)  # as the run's root is
+    marked = subprocess.Popen([sys.executable, "-c", busy], env={**os.environ, suite.MARKER: token})
+    stranger = subprocess.Popen([sys.executable, "-c", busy])
+    for proc in (parent, marked, stranger):
+        proc.wait()
+    watch.done.set()
+    thread.join()
+    pids = {p["pid"]: p for p in watch.seen.values()}
+    assert parent.pid in pids and marked.pid in pids and stranger.pid not in pids
+    child = [p for p in pids.values() if p["parent"] == parent.pid]
+    assert len(child) == 1 and child[0]["cpu"] >= 0.3
+    assert pids[marked.pid]["cpu"] >= 0.3

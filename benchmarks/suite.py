@@ -1,0 +1,244 @@
+"""The test suite's cost: its wall time, how busy the cores were, and the CPU seconds of every
+process it starts, by kind (pytest's workers, fdptm commands, served commands, Prefect's API
+servers and workers, PostgreSQL, worker pools, ...).
+
+    python benchmarks/suite.py                          # the whole suite, as the README runs it
+    python benchmarks/suite.py --python /clone/.venv/bin/python --checkout /clone
+    python benchmarks/suite.py -- -k ledger             # pytest options after --
+
+Why: the suite runs on every core (pytest-xdist), so once the cores are full its wall time
+is its CPU time over the cores, and only less CPU makes it faster. This says where the CPU
+goes. The target (issue 30) is for ``.ci/run``, install and tests together; this measures
+the tests, the part ``.ci/run`` runs last, with the README's command (``python -m pytest``
+from the checkout, its ``addopts``).
+
+How. The run is ``PYTHON -m pytest --durations=15 [OPTIONS]`` in ``CHECKOUT``. While it runs,
+/proc is read every quarter second: every process started after the run began that is
+pytest's descendant, or whose parent was seen in the run, or whose environment carries the
+run's marker (a served command's or a detached server's parent is gone by the time it is
+seen) is followed, and its user and system CPU kept as last read. A process that lives less
+than a quarter second may be missed, so the table also gives the whole machine's busy CPU in
+the same interval (/proc/stat): the rows' total over it is how much was seen. A fork is told
+from its parent by its parent (same command line): a forked ``fdptm serve`` child is a
+served command, a forked pytest worker is a test's own fork.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import Table, save  # noqa: E402
+
+TITLE = "The test suite: wall time and CPU by process kind"
+TARGETS = "`.ci/run` (install + tests) <= 12 min on this machine (issue 30)"
+NEEDS = "the test extra (pip install -e '.[test]') and ../shared, as the suite"
+MARKER = "FDPTM_SUITE_RUN"
+INTERVAL = 0.25
+TICK = os.sysconf("SC_CLK_TCK")
+KINDS = (  # (kind, pattern of the command line), the first that matches
+    ("temporary Prefect API server (fdptm)", r"-m fdptm\.flows\.api_server"),
+    ("Prefect test server (prefect_test_harness)", r"uvicorn .*prefect\.server\.api\.server"),
+    ("prefect server start", r"prefect server start"),
+    ("Prefect workers and their flow runs", r"prefect worker|prefect\.runner|prefect\.engine"),
+    ("prefect CLI (deploy, work-pool)", r"bin/prefect "),
+    ("pytest worker (xdist)", r"sys\.stdin\.readline"),
+    ("pytest", r"-m pytest"),
+    ("mkdocs build", r"-m mkdocs"),
+    ("Python example of the manual", r"block_\d+\.py"),
+    ("worker pools (multiprocessing, loky, Dask)", r"multiprocessing|loky|distributed|dask"),
+    ("PostgreSQL", r"postgres"),
+    ("S3 server (moto)", r"moto"),
+    ("python -c (a test's script)", r"python[\d.]* (-\w+ )*-c "),
+    ("shell", r"^(/usr)?(/bin/)?(ba)?sh "),
+)
+
+
+def _fdptm_command(cmdline: str) -> str | None:
+    """``fdptm SUBCOMMAND`` for an fdptm command line (script, ``-m fdptm`` or
+    ``-m fdptm.cli``), else None."""
+    found = re.search(r"(?:bin/fdptm|-m fdptm(?:\.cli)?)\s+(\S+)", cmdline)
+    if found is None:
+        return None
+    word = found.group(1)
+    return f"fdptm {word}" if not word.startswith("-") else "fdptm (other)"
+
+
+def kind(cmdline: str, parent_cmdline: str | None) -> str:
+    """The row a process counts under; a fork (its parent has the same command line) is
+    named for what forked it."""
+    if parent_cmdline == cmdline:
+        if _fdptm_command(cmdline) == "fdptm serve":
+            return "served fdptm command (a fork of fdptm serve)"
+        return f"fork of: {kind(cmdline, None)}"
+    command = _fdptm_command(cmdline)
+    if command is not None and "-m fdptm.flows" not in cmdline:
+        return command
+    for name, pattern in KINDS:
+        if re.search(pattern, cmdline):
+            return name
+    return "other"
+
+
+def _stat(pid: str) -> tuple[int, str, float] | None:
+    """(parent pid, start time key, CPU seconds) of ``pid`` from /proc, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), fields[19], (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _busy() -> tuple[int, int]:
+    """(busy ticks, all ticks) of the whole machine since boot (/proc/stat's cpu line)."""
+    values = [int(v) for v in _read("/proc/stat").split(b"\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+class Watch:
+    """Follows the run's processes until ``stop``: per process its command line, parent
+    and last CPU reading."""
+
+    def __init__(self, root: int, token: str, boot_ticks: int) -> None:
+        self.root, self.boot = root, boot_ticks
+        self._marker = f"{MARKER}={token}".encode()
+        self.seen: dict[tuple[int, str], dict] = {}
+        self.ours: set[int] = {root}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.poll()
+            time.sleep(INTERVAL)
+        self.poll()
+
+    def poll(self) -> None:
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            got = _stat(name)
+            if got is None:
+                continue
+            parent, started, cpu = got
+            key = (int(name), started)
+            if key in self.seen:
+                self.seen[key]["cpu"] = cpu
+                continue
+            if int(started) < self.boot:
+                continue
+            mine = int(name) in self.ours or parent in self.ours
+            if not mine and self._marker not in _read(f"/proc/{name}/environ").split(b"\0"):
+                continue
+            self.ours.add(int(name))
+            cmdline = _read(f"/proc/{name}/cmdline").replace(b"\0", b" ").decode(errors="replace")
+            self.seen[key] = {"pid": int(name), "parent": parent, "cmd": cmdline, "cpu": cpu}
+
+    def by_kind(self) -> dict[str, list[float]]:
+        """Per kind: how many processes and their CPU seconds."""
+        cmd_of = {p["pid"]: p["cmd"] for p in self.seen.values()}
+        out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        for p in self.seen.values():
+            if p["pid"] == self.root:
+                continue
+            row = out[kind(p["cmd"], cmd_of.get(p["parent"]))]
+            row[0] += 1
+            row[1] += p["cpu"]
+        return out
+
+
+def _start_ticks() -> int:
+    """Now, in /proc's process start-time unit (clock ticks since boot)."""
+    uptime = float(_read("/proc/uptime").split()[0])
+    return int(uptime * TICK) - 1
+
+
+def slowest(output: str) -> list[tuple[float, str, str]]:
+    """pytest's ``--durations`` lines: (seconds, phase, test)."""
+    found = re.findall(r"^([\d.]+)s (setup|call|teardown)\s+(.+)$", output, re.M)
+    return [(float(s), phase, test) for s, phase, test in found]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default=sys.executable, help="the environment's python")
+    parser.add_argument("--checkout", default=str(HERE.parent), help="the checkout to test")
+    parser.add_argument("--out", help="output stem (default benchmarks/suite)")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest options (after --)")
+    args = parser.parse_args()
+    table = Table(
+        "suite",
+        TITLE,
+        "",
+        ["process kind", "processes", "CPU s", "share of the CPU seen"],
+    )
+    token = uuid.uuid4().hex
+    env = os.environ | {MARKER: token}
+    command = [args.python, "-m", "pytest", "--durations=15", *args.pytest_args]
+    boot = _start_ticks()
+    busy0, all0 = _busy()
+    begun = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=args.checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    watch = Watch(proc.pid, token, boot)
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    output = proc.communicate()[0].decode(errors="replace")
+    wall = time.monotonic() - begun
+    watch.done.set()
+    thread.join()
+    busy1, all1 = _busy()
+    cores = len(os.sched_getaffinity(0))
+    machine_cpu = (busy1 - busy0) / TICK
+    idle = 1 - (busy1 - busy0) / max(all1 - all0, 1)
+    rows = sorted(watch.by_kind().items(), key=lambda item: -item[1][1])
+    seen = sum(cpu for _, (_, cpu) in rows)
+    for name, (count, cpu) in rows:
+        table.add(name, count, round(cpu, 1), f"{cpu / seen:.0%}")
+    summary = re.findall(r"^=+ (.*(?:passed|failed|error).*) =+$", output, re.M)
+    slow = "\n".join(f"| {s:.1f} | {phase} | `{test}` |" for s, phase, test in slowest(output))
+    table.notes = (
+        f"Tests run: `{' '.join(['python', *command[1:]])}` in {args.checkout} "
+        f"(exit {proc.returncode}: {summary[-1] if summary else 'no summary line'}).\n\n"
+        f"Wall {wall:.0f} s on {cores} cores; the machine's busy CPU in that time "
+        f"{machine_cpu:,.0f} s ({machine_cpu / wall:.2f} cores busy on average, idle "
+        f"{idle:.0%}); the rows below saw {seen:,.0f} s of it "
+        f"({seen / max(machine_cpu, 1e-9):.0%}): processes shorter than "
+        f"{INTERVAL} s can be missed, and the machine's own processes are not rows."
+    )
+    md = table.markdown() + (
+        "\n\nThe slowest tests (pytest's `--durations`; wall seconds, under the load of the "
+        "other workers):\n\n| s | phase | test |\n|---|---|---|\n" + slow
+    )
+    record = {"machine": table.started, "columns": table.columns, "rows": table.rows}
+    record |= {"wall": wall, "machine_cpu": machine_cpu, "idle": idle, "exit": proc.returncode}
+    record["slowest"] = slowest(output)
+    path = save("suite", TITLE, md, record, args.out)
+    print(output[-3000:])
+    print(f"written: {path}")
+    sys.exit(proc.returncode)
+
+
+if __name__ == "__main__":
+    main()
