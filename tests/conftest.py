@@ -40,10 +40,11 @@ PHEME_CLEAN = SHARED / "data" / "pheme" / "pheme_clean.json"
 
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the addopts of pyproject.toml): one worker more than this process may use
-    cores. Most of the suite's time is spent waiting on child processes and servers (fdptm
-    commands, Prefect, PostgreSQL, S3), so a third worker on 2 cores overlaps that waiting:
-    the whole suite took 916 s with 3 workers and 1,035 s with 4 on one 2-core machine
-    (2026-11-28, one after the other; 2 workers took 1,242 s on the code of a day before)."""
+    cores. A test often waits on its child processes and servers (fdptm commands, Prefect,
+    PostgreSQL, S3), and a third worker on 2 cores fills those waits: the whole suite took
+    916 s with 3 workers and 1,035 s with 4 on one 2-core machine (2026-11-28, one after the
+    other; 2 workers took 1,242 s on the code of a day before). With 3 the cores are busy 99%
+    of the run (``benchmarks/suite.md``): a fourth only adds contention."""
     return len(os.sched_getaffinity(0)) + 1
 
 
