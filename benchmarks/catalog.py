@@ -11,6 +11,11 @@ directory, interleaved: every round runs each variant's calls back to back, in a
 order, and the table gives the median over rounds of the mean time per call (and the
 range). Also: the first call of a fresh process (instance creation and DDL included), and
 two processes calling at once (the lock is held for less time, so both finish sooner).
+
+The storage format (2026-11-29): ``Catalog`` writes the file in DuckDB 1.2's format
+(``fdptm.storage.catalog.STORAGE_VERSION``); the "1.0 format" rows are the same calls on a
+workspace created and used in DuckDB 1.0's format, the one DuckDB writes unless told and the
+catalog's before that day (``legacy_format`` below).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import duckdb
 
+from fdptm.storage import catalog as catalog_module
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.schema import MIGRATIONS
 from fdptm.storage.workspace import Workspace
@@ -66,6 +72,17 @@ def before(workspace: Workspace) -> Iterator[duckdb.DuckDBPyConnection]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@contextmanager
+def legacy_format() -> Iterator[None]:
+    """Catalog blocks as before 2026-11-29: the file attached in DuckDB 1.0's storage format."""
+    current = catalog_module.STORAGE_VERSION
+    catalog_module.STORAGE_VERSION = "v1.0.0"
+    try:
+        yield
+    finally:
+        catalog_module.STORAGE_VERSION = current
+
+
 def _setup(root: Path) -> Workspace:
     """A workspace with a few datasets and ledger-sized tables, like a used one."""
     workspace = Workspace.resolve(root).create()
@@ -77,8 +94,9 @@ def _setup(root: Path) -> Workspace:
     return workspace
 
 
-def _variants(workspace: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
+def _variants(workspace: Workspace, legacy: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
     catalog = Catalog(workspace)
+    legacy_catalog = Catalog(legacy)
     floor = duckdb.connect(":memory:")
     floor.execute(SCHEMA)
 
@@ -94,6 +112,15 @@ def _variants(workspace: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
 
         def call() -> None:
             run(sql, params())
+
+        return call
+
+    def in_legacy_format(sql: str, params: Callable[[], list]) -> Callable[[], None]:
+        run = legacy_catalog.query if sql == READ else legacy_catalog.execute
+
+        def call() -> None:
+            with legacy_format():
+                run(sql, params())
 
         return call
 
@@ -114,6 +141,7 @@ def _variants(workspace: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
         op: {
             "before: open + DDL + close per call": old(sql, params),
             "after: attach + detach per call": new(sql, params),
+            "after, the file in DuckDB 1.0's format": in_legacy_format(sql, params),
             f"after: {CALLS} calls inside one held block": held(sql, params),
             "floor: an open in-memory connection, no lock": raw(sql, params),
         }
@@ -222,7 +250,9 @@ def main() -> None:
     started = at_start()
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _setup(Path(tmp) / "ws")
-        variants = _variants(workspace)
+        with legacy_format():
+            legacy = _setup(Path(tmp) / "ws-1.0")
+        variants = _variants(workspace, legacy)
         per_call = {op: _per_call(v) for op, v in variants.items()}
         first = _first_calls(workspace.root)
         parallel = _parallel(workspace.root)

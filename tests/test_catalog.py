@@ -56,6 +56,54 @@ def test_the_schema_ddl_runs_once_per_process_per_file(workspace):
     assert "audit_results" in _tables(catalog)
 
 
+def _storage_version(path) -> str:
+    """The storage format DuckDB reports for the catalog file at ``path``."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(f"ATTACH '{path}' AS probe (READ_ONLY)")
+        (tags,) = con.execute(
+            "SELECT tags FROM duckdb_databases() WHERE database_name = 'probe'"
+        ).fetchone()
+        return tags["storage_version"]
+    finally:
+        con.close()
+
+
+def test_the_catalog_is_written_in_duckdb_1_2s_storage_format(workspace):
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    assert catalog_module.STORAGE_VERSION == "v1.2.0"
+    assert _storage_version(workspace.catalog_path) == "v1.2.0+"
+
+
+def test_a_catalog_in_duckdb_1_0s_format_is_converted_with_its_rows(workspace):
+    """A catalog written before (DuckDB's default format, 1.0) is read as it is, and keeps
+    every row and its ledger through the conversion at the first block that writes to it."""
+    workspace.create()
+    catalog = Catalog(workspace)
+    catalog.ensure_dataset("d", "document")
+    Ledger(catalog).set_cap("d", 10.0, 1e-5)
+    rows = catalog.query("SELECT * FROM datasets ORDER BY name")
+    legacy = workspace.catalog_path.with_name("legacy.duckdb")
+    con = duckdb.connect(str(legacy))  # DuckDB's default format
+    con.execute(f"ATTACH '{workspace.catalog_path}' AS current (READ_ONLY)")
+    con.execute("COPY FROM DATABASE current TO legacy")
+    con.close()
+    assert _storage_version(legacy) == "v1.0.0+"
+    os.replace(legacy, workspace.catalog_path)
+    fresh = Catalog(Workspace.resolve(workspace.root))
+    assert fresh.query("SELECT * FROM datasets ORDER BY name") == rows
+    assert Ledger(fresh).cap("d") is not None
+    assert _storage_version(workspace.catalog_path) == "v1.0.0+"  # reads leave it as it is
+    fresh.ensure_dataset("e", "author")
+    assert _storage_version(workspace.catalog_path) == "v1.2.0+"
+    assert [r["name"] for r in fresh.query("SELECT name FROM datasets ORDER BY name")] == [
+        "d",
+        "e",
+    ]
+    assert Ledger(fresh).cap("d") is not None
+
+
 def test_one_duckdb_instance_per_process_and_nothing_held_between_calls(workspace):
     catalog = Catalog(workspace.create())
     with catalog.connect() as first:
