@@ -102,7 +102,7 @@ def _variants(workspace: Workspace, legacy: Workspace) -> dict[str, dict[str, Ca
 
     def old(sql: str, params: Callable[[], list]) -> Callable[[], None]:
         def call() -> None:
-            with before(workspace) as con:
+            with before(legacy) as con:
                 con.execute(sql, params()).fetchall()
 
         return call
@@ -205,27 +205,37 @@ print((time.perf_counter() - start) * 1e3, worst * 1e3)
 """
 
 
-def _first_calls(root: Path) -> dict[str, list[float]]:
-    code = FIRST_CALL.format(here=str(HERE), root=str(root))
+def _first_calls(root: Path, legacy: Path) -> dict[str, list[float]]:
+    """``before`` on ``legacy`` (the 1.0 format it used), ``after`` on ``root``."""
+    codes = {
+        variant: FIRST_CALL.format(here=str(HERE), root=str(where))
+        for variant, where in (("before", legacy), ("after", root))
+    }
     out: dict[str, list[float]] = {"before": [], "after": []}
     for _ in range(FRESH):
         for variant in out:
             done = subprocess.run(
-                [sys.executable, "-c", code, variant], capture_output=True, text=True, check=True
+                [sys.executable, "-c", codes[variant], variant],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             out[variant].append(float(done.stdout.split()[-1]))
     return out
 
 
-def _parallel(root: Path) -> dict[str, list[tuple[float, float]]]:
+def _parallel(root: Path, legacy: Path) -> dict[str, list[tuple[float, float]]]:
     """Two processes each making PARALLEL_CALLS reads at the same time: wall and worst call."""
-    code = PARALLEL.format(here=str(HERE), root=str(root), calls=PARALLEL_CALLS)
+    codes = {
+        variant: PARALLEL.format(here=str(HERE), root=str(where), calls=PARALLEL_CALLS)
+        for variant, where in (("before", legacy), ("after", root))
+    }
     out: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
     for _ in range(3):
         for variant in out:
             procs = [
                 subprocess.Popen(
-                    [sys.executable, "-c", code, variant],
+                    [sys.executable, "-c", codes[variant], variant],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -254,8 +264,8 @@ def main() -> None:
             legacy = _setup(Path(tmp) / "ws-1.0")
         variants = _variants(workspace, legacy)
         per_call = {op: _per_call(v) for op, v in variants.items()}
-        first = _first_calls(workspace.root)
-        parallel = _parallel(workspace.root)
+        first = _first_calls(workspace.root, legacy.root)
+        parallel = _parallel(workspace.root, legacy.root)
     lines = [
         f"Milliseconds per call: median over {ROUNDS} interleaved rounds of the mean of "
         f"{CALLS} back-to-back calls (range in brackets). Read: `{READ}`. Write: one "

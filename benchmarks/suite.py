@@ -13,14 +13,15 @@ the tests, the part ``.ci/run`` runs last, with the README's command (``python -
 from the checkout, its ``addopts``).
 
 How. The run is ``PYTHON -m pytest --durations=15 [OPTIONS]`` in ``CHECKOUT``. While it runs,
-/proc is read every quarter second: every process started after the run began that is
-pytest's descendant, or whose parent was seen in the run, or whose environment carries the
-run's marker (a served command's or a detached server's parent is gone by the time it is
-seen) is followed, and its user and system CPU kept as last read. A process that lives less
-than a quarter second may be missed, so the table also gives the whole machine's busy CPU in
-the same interval (/proc/stat): the rows' total over it is how much was seen. A fork is told
-from its parent by its parent (same command line): a forked ``fdptm serve`` child is a
-served command, a forked pytest worker is a test's own fork.
+/proc is read every quarter second: a process started after the run began is followed when
+it is pytest itself, or its parent (the same pid and start time: pids are reused) is
+followed, or its environment carries the run's marker (a served command's or a detached
+server's parent is gone by the time it is seen); its user and system CPU and its command
+line are kept as last read. A process's CPU after its last reading, and a process that
+lives less than a quarter second, are missed, so the table also gives the whole machine's
+busy CPU in the same interval (/proc/stat): the rows' total over it is how much was seen.
+A fork is told from its parent by its parent (same command line): a forked ``fdptm serve``
+child is a served command, a forked pytest worker is a test's own fork.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +55,8 @@ KINDS = (  # (kind, pattern of the command line), the first that matches
     ("prefect server start", r"prefect server start"),
     ("Prefect workers and their flow runs", r"prefect worker|prefect\.runner|prefect\.engine"),
     ("prefect CLI (deploy, work-pool)", r"bin/prefect "),
-    ("pytest worker (xdist)", r"sys\.stdin\.readline"),
-    ("pytest", r"-m pytest"),
+    ("pytest worker (xdist)", r"-c import sys;exec\(eval\(sys\.stdin\.readline\(\)\)\)"),
+    ("pytest (the controlling process)", r"-m pytest"),
     ("mkdocs build", r"-m mkdocs"),
     ("Python example of the manual", r"block_\d+\.py"),
     ("worker pools (multiprocessing, loky, Dask)", r"multiprocessing|loky|distributed|dask"),
@@ -83,7 +85,7 @@ def kind(cmdline: str, parent_cmdline: str | None) -> str:
             return "served fdptm command (a fork of fdptm serve)"
         return f"fork of: {kind(cmdline, None)}"
     command = _fdptm_command(cmdline)
-    if command is not None and "-m fdptm.flows" not in cmdline:
+    if command is not None:
         return command
     for name, pattern in KINDS:
         if re.search(pattern, cmdline):
@@ -91,17 +93,19 @@ def kind(cmdline: str, parent_cmdline: str | None) -> str:
     return "other"
 
 
-def _stat(pid: str) -> tuple[int, str, float] | None:
-    """(parent pid, start time key, CPU seconds) of ``pid`` from /proc, or None if gone."""
+def _stat(pid: int) -> tuple[int, int, float] | None:
+    """(parent pid, start time in clock ticks since boot, CPU seconds) of ``pid`` from
+    /proc, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(fields[1]), fields[19], (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICK
 
 
 def _read(path: str) -> bytes:
+    """A /proc file's bytes; empty when the process is gone or not ours to read."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -109,61 +113,84 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _cmdline(pid: int) -> str:
+    return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace")
+
+
 def _busy() -> tuple[int, int]:
-    """(busy ticks, all ticks) of the whole machine since boot (/proc/stat's cpu line)."""
-    values = [int(v) for v in _read("/proc/stat").split(b"\n", 1)[0].split()[1:]]
+    """(busy ticks, all ticks) of the whole machine since boot (/proc/stat's cpu line:
+    user, nice, system, idle, iowait, irq, softirq, steal; guest time is inside user)."""
+    values = [int(v) for v in _read("/proc/stat").split(b"\n", 1)[0].split()[1:9]]
     idle = values[3] + values[4]
     return sum(values) - idle, sum(values)
 
 
-class Watch:
-    """Follows the run's processes until ``stop``: per process its command line, parent
-    and last CPU reading."""
+Key = tuple[int, int]
+"""A process: its pid and its start time (a pid is reused once its process is gone)."""
 
-    def __init__(self, root: int, token: str, boot_ticks: int) -> None:
-        self.root, self.boot = root, boot_ticks
+
+@dataclass
+class Seen:
+    """A followed process: what it runs, its parent, and its CPU seconds as last read."""
+
+    cmd: str
+    parent: Key | None
+    cpu: float
+
+
+class Watch:
+    """Follows the processes of the run rooted at ``root`` that started at or after
+    ``since`` (clock ticks since boot), until ``done`` is set."""
+
+    def __init__(self, root: int, token: str, since: int) -> None:
+        found = _stat(root)
+        self.root: Key | None = (root, found[1]) if found else None
+        self.since = since
         self._marker = f"{MARKER}={token}".encode()
-        self.seen: dict[tuple[int, str], dict] = {}
-        self.ours: set[int] = {root}
+        self.seen: dict[Key, Seen] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
+        """Poll every ``INTERVAL`` seconds until ``done``, then once more."""
         while not self.done.is_set():
             self.poll()
             time.sleep(INTERVAL)
         self.poll()
 
     def poll(self) -> None:
+        """One pass over /proc: new processes of the run are added, known ones get their CPU
+        and command line read again (a fork seen before it ran its own program has its
+        parent's command line until then)."""
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
-            got = _stat(name)
+            got = _stat(int(name))
             if got is None:
                 continue
-            parent, started, cpu = got
+            parent_pid, started, cpu = got
             key = (int(name), started)
-            if key in self.seen:
-                self.seen[key]["cpu"] = cpu
+            known = self.seen.get(key)
+            if known is not None:
+                known.cpu = cpu
+                known.cmd = _cmdline(key[0]) or known.cmd
                 continue
-            if int(started) < self.boot:
+            if started < self.since:
                 continue
-            mine = int(name) in self.ours or parent in self.ours
+            up = _stat(parent_pid)
+            parent = (parent_pid, up[1]) if up and up[1] <= started else None
+            mine = key == self.root or parent in self.seen
             if not mine and self._marker not in _read(f"/proc/{name}/environ").split(b"\0"):
                 continue
-            self.ours.add(int(name))
-            cmdline = _read(f"/proc/{name}/cmdline").replace(b"\0", b" ").decode(errors="replace")
-            self.seen[key] = {"pid": int(name), "parent": parent, "cmd": cmdline, "cpu": cpu}
+            self.seen[key] = Seen(_cmdline(key[0]), parent, cpu)
 
     def by_kind(self) -> dict[str, list[float]]:
         """Per kind: how many processes and their CPU seconds."""
-        cmd_of = {p["pid"]: p["cmd"] for p in self.seen.values()}
         out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-        for p in self.seen.values():
-            if p["pid"] == self.root:
-                continue
-            row = out[kind(p["cmd"], cmd_of.get(p["parent"]))]
+        for process in self.seen.values():
+            up = self.seen.get(process.parent) if process.parent else None
+            row = out[kind(process.cmd, up.cmd if up else None)]
             row[0] += 1
-            row[1] += p["cpu"]
+            row[1] += process.cpu
         return out
 
 
@@ -195,13 +222,13 @@ def main() -> None:
     token = uuid.uuid4().hex
     env = os.environ | {MARKER: token}
     command = [args.python, "-m", "pytest", "--durations=15", *args.pytest_args]
-    boot = _start_ticks()
+    since = _start_ticks()
     busy0, all0 = _busy()
     begun = time.monotonic()
     proc = subprocess.Popen(
         command, cwd=args.checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    watch = Watch(proc.pid, token, boot)
+    watch = Watch(proc.pid, token, since)
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
     output = proc.communicate()[0].decode(errors="replace")
@@ -224,8 +251,9 @@ def main() -> None:
         f"Wall {wall:.0f} s on {cores} cores; the machine's busy CPU in that time "
         f"{machine_cpu:,.0f} s ({machine_cpu / wall:.2f} cores busy on average, idle "
         f"{idle:.0%}); the rows below saw {seen:,.0f} s of it "
-        f"({seen / max(machine_cpu, 1e-9):.0%}): processes shorter than "
-        f"{INTERVAL} s can be missed, and the machine's own processes are not rows."
+        f"({seen / max(machine_cpu, 1e-9):.0%}): a process's CPU after its last reading (at "
+        f"most {INTERVAL} s and a pass over /proc) and processes shorter than that are "
+        "missed, and the machine's own processes are not rows."
     )
     md = table.markdown() + (
         "\n\nThe slowest tests (pytest's `--durations`; wall seconds, under the load of the "

@@ -19,9 +19,11 @@ creates always gets it). Blocks nest: an inner ``connect()`` or ``transaction()`
 same thread joins the outer one (and its lock) instead of deadlocking on its own lock, so
 a burst of calls inside one ``transaction()`` pays one attach and one commit. Nothing is
 kept open between blocks: a process that is suspended (Ctrl-Z, or the SIGSTOP of
-``fdptm.faults``) or computing between calls never holds the catalog. A read call is about
-5 times cheaper than before (26 ms to 5 ms; under 1 ms inside a block), a write call about
-twice (its commit's fsync and the checkpoint remain): ``benchmarks/catalog_results.md``.
+``fdptm.faults``) or computing between calls never holds the catalog. On 2026-11-22 this
+made a read call about 5 times cheaper than an open per call (26 ms to 5 ms; under 1 ms
+inside a block), a write call about twice (its commit's fsync and the checkpoint remain):
+``benchmarks/catalog_results.md``, where the file's storage format (``STORAGE_VERSION``)
+took another quarter off since.
 
 Faults. A damaged catalog (truncated, garbage, unreadable blocks), whether DuckDB notices
 at open, in the DDL or at a later query, is a ``CatalogDamagedError`` saying nothing was
@@ -70,14 +72,18 @@ STORAGE_VERSION = "v1.2.0"
 """The catalog file's storage format: DuckDB 1.2's, not the 1.0 format DuckDB writes unless
 told, whose metadata is slower to load at ATTACH and to write back at the checkpoint. Every
 outermost block attaches and detaches the file, so this is most of a block's cost: a read
-call took 3.2 ms instead of 4.4 and a write call 9.4 ms instead of 12.9 (0.72x and 0.73x;
-DuckDB 1.5.6, 2026-11-29, ``benchmarks/catalog_results.md``). A catalog in the 1.0 format is
+call took 0.71-0.72x the time and a write call 0.73-0.78x (3.2-4.3 ms against 4.4-6.1, and
+9.4-10.1 ms against 12.9-13.0; two runs, DuckDB 1.5.6, 2026-11-29,
+``benchmarks/catalog_results.md``). A catalog in the 1.0 format is
 converted by the first block that writes to it (DuckDB's own upgrade, at that block's
-checkpoint); blocks that only read leave it as it is. Every DuckDB that fdptm allows
+checkpoint; a schema migration is such a write); blocks that only read leave it as it is. A
+catalog already in a newer format (written by a later fdptm, or by hand) is attached in its
+own format: DuckDB refuses to lower a file's format. Every DuckDB that fdptm allows
 (>= 1.4) reads both; DuckDB 1.1 and older (a shell for looking inside, say) cannot open a
 converted catalog."""
 MAX_INSTANCES = 4
 _ALIAS = "fdptm_catalog"
+_NEWER_FORMAT_TEXT = "storage version of an existing database cannot be lowered"
 _NOT_WRITABLE_TEXT = ("Permission denied", "Read-only file system")
 _NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded")
 
@@ -90,9 +96,10 @@ def _damaged(path: Path, exc: Exception) -> CatalogDamagedError:
     return CatalogDamagedError(
         f"the catalog {path} is damaged and cannot be read (DuckDB: {exc}). Nothing was "
         "changed, and fdptm will not re-create it (a new catalog would forget the privacy "
-        "ledger). Restore catalog.duckdb (with catalog.duckdb.wal if the backup has one) from "
-        "a backup; if it was written by another DuckDB version, EXPORT DATABASE with that "
-        "version and IMPORT DATABASE with this one."
+        "ledger). Restore catalog.duckdb from a backup, with catalog.duckdb.wal if the backup "
+        "has one (if it has none, delete a catalog.duckdb.wal left beside it: DuckDB would "
+        "replay it onto the restored file); if it was written by another DuckDB version, "
+        "EXPORT DATABASE with that version and IMPORT DATABASE with this one."
     )
 
 
@@ -223,14 +230,17 @@ class _Session:
         _registry.used(self)
         quoted = str(self.path).replace("'", "''")
         deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+        storage = f" (STORAGE_VERSION '{STORAGE_VERSION}')"
         while True:
-            options = f" (STORAGE_VERSION '{STORAGE_VERSION}')" if writable else " (READ_ONLY)"
+            options = storage if writable else " (READ_ONLY)"
             try:
                 self.db.execute(f"ATTACH '{quoted}' AS {_ALIAS}{options}")
                 break
             except duckdb.Error as exc:
                 error = _translate(exc, self.workspace)
-                if isinstance(error, CatalogBusyError) and time.monotonic() < deadline:
+                if storage and _NEWER_FORMAT_TEXT in str(exc):
+                    storage = ""  # a newer format than ours: DuckDB keeps it, and so do we
+                elif isinstance(error, CatalogBusyError) and time.monotonic() < deadline:
                     time.sleep(0.05)
                 elif isinstance(error, WorkspaceNotWritableError) and writable:
                     writable = False

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -103,8 +102,10 @@ def test_the_runner_refuses_an_unknown_benchmark(bench, capsys):
 def suite():
     spec = importlib.util.spec_from_file_location("bench_suite", HARNESS.parent / "suite.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    return module
+    yield module
+    del sys.modules[spec.name]
 
 
 def test_the_suite_benchmark_names_each_process_by_what_it_runs(suite):
@@ -116,7 +117,11 @@ def test_the_suite_benchmark_names_each_process_by_what_it_runs(suite):
     api = "/v/bin/python3 -P -m fdptm.flows.api_server 12 5"
     assert suite.kind(api, None).startswith("temporary Prefect API server")
     worker = "/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))"
+    assert suite.kind(worker, "/v/bin/python -m pytest") == "pytest worker (xdist)"
     assert suite.kind(worker, worker) == "fork of: pytest worker (xdist)"
+    helper = "/v/bin/python -c import duckdb, sys; con = duckdb.connect('x'); sys.stdin.readline()"
+    assert suite.kind(helper, worker) == "python -c (a test's script)"
+    assert suite.kind("/v/bin/python -m pytest --durations=15", None).startswith("pytest (")
     assert suite.kind("/usr/lib/postgresql/15/bin/postgres -D /tmp/x", None) == "PostgreSQL"
     durations = "== slowest ==\n12.50s call     tests/t.py::test_b[x y]\n0.01s setup    t.py::c\n"
     assert suite.slowest(durations) == [
@@ -127,24 +132,33 @@ def test_the_suite_benchmark_names_each_process_by_what_it_runs(suite):
 
 def test_the_suite_benchmark_follows_descendants_and_marked_processes(suite):
     """A process tree's child and a process that only carries the run's marker are both
-    followed, with the CPU they used (at least what they had at the last reading: a busy
-    loop of 0.6 CPU seconds is read at most a quarter second before it ends)."""
-    busy = "import time\nwhile time.process_time() < 0.6: pass"
-    tree = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {busy!r}])"
+    followed, with the CPU they used: each burns 0.6 CPU seconds, says so and waits, and
+    /proc is read while they wait, so no reading can come before the end of the work."""
+    burn = (
+        "import sys, time\nwhile time.process_time() < 0.6: pass\n"
+        "print('burnt', flush=True)\nsys.stdin.readline()"
+    )
+    tree = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
     token = "t0ken"
-    watch = suite.Watch(root=-1, token=token, boot_ticks=suite._start_ticks())
-    thread = threading.Thread(target=watch.run, daemon=True)
-    thread.start()
-    parent = subprocess.Popen([sys.executable, "-c", tree])
-    watch.ours.add(parent.pid)  # as the run's root is
-    marked = subprocess.Popen([sys.executable, "-c", busy], env={**os.environ, suite.MARKER: token})
-    stranger = subprocess.Popen([sys.executable, "-c", busy])
-    for proc in (parent, marked, stranger):
-        proc.wait()
-    watch.done.set()
-    thread.join()
-    pids = {p["pid"]: p for p in watch.seen.values()}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    since = suite._start_ticks()
+    parent = subprocess.Popen([sys.executable, "-c", tree], **pipes)
+    watch = suite.Watch(root=parent.pid, token=token, since=since)
+    marked = subprocess.Popen(
+        [sys.executable, "-c", burn], env={**os.environ, suite.MARKER: token}, **pipes
+    )
+    stranger = subprocess.Popen([sys.executable, "-c", burn], **pipes)
+    procs = (parent, marked, stranger)
+    try:
+        assert [p.stdout.readline().strip() for p in procs] == ["burnt"] * 3
+        watch.poll()
+        watch.poll()  # a child listed before its parent is taken on the second pass
+    finally:
+        for proc in procs:
+            proc.communicate("go\n", timeout=60)
+    pids = {pid: seen for (pid, _), seen in watch.seen.items()}
     assert parent.pid in pids and marked.pid in pids and stranger.pid not in pids
-    child = [p for p in pids.values() if p["parent"] == parent.pid]
-    assert len(child) == 1 and child[0]["cpu"] >= 0.3
-    assert pids[marked.pid]["cpu"] >= 0.3
+    (child,) = [s for s in pids.values() if s.parent and s.parent[0] == parent.pid]
+    assert child.cpu >= 0.55 and pids[marked.pid].cpu >= 0.55
+    rows = watch.by_kind()
+    assert rows["python -c (a test's script)"][0] == 3

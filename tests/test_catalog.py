@@ -104,6 +104,22 @@ def test_a_catalog_in_duckdb_1_0s_format_is_converted_with_its_rows(workspace):
     assert Ledger(fresh).cap("d") is not None
 
 
+def test_a_catalog_in_a_newer_format_is_used_in_its_own(workspace):
+    """DuckDB refuses to lower a file's format: a catalog a later fdptm wrote in a newer
+    one is read and written in that format."""
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    con = duckdb.connect(":memory:")
+    con.execute(f"ATTACH '{workspace.catalog_path}' AS c (STORAGE_VERSION 'v1.4.0')")
+    con.execute("CREATE TABLE c.newer (a INTEGER)")  # a write: the checkpoint converts it
+    con.close()
+    assert _storage_version(workspace.catalog_path) == "v1.4.0+"
+    assert [r["name"] for r in catalog.query("SELECT name FROM datasets")] == ["d"]
+    catalog.ensure_dataset("e", "author")
+    assert len(catalog.query("SELECT name FROM datasets")) == 2
+    assert _storage_version(workspace.catalog_path) == "v1.4.0+"
+
+
 def test_one_duckdb_instance_per_process_and_nothing_held_between_calls(workspace):
     catalog = Catalog(workspace.create())
     with catalog.connect() as first:
