@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from fdptm.errors import BadInputError
 from fdptm.local.flip import Flip
@@ -42,7 +41,7 @@ from fdptm.local.vocabulary import LocalVocabulary
 from fdptm.pre import PreConfig
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.storage import recovery
-from fdptm.storage.artifacts import write_parquet
+from fdptm.storage.artifacts import parquet_bytes, write_parquet
 from fdptm.storage.catalog import Catalog, now
 from fdptm.storage.ledger import Ledger
 from fdptm.storage.objectstore import read, settle
@@ -176,7 +175,7 @@ def ingest_reports(
         raise BadInputError(f"report file {source} does not exist")
     data = source.read_bytes()
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = parquet_bytes(data)
     except (pa.ArrowException, OSError) as exc:
         raise BadInputError(
             f"{source} is not a Parquet report file ({type(exc).__name__}); write reports "

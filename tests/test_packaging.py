@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -38,9 +39,26 @@ def test_ci_runs_the_readme_commands_as_written():
     lines = _readme_bash_lines()
     installs = [line for line in lines if "pip install" in line]
     (demo,) = [line for line in installs if "fdptm demo" in line]
-    assert " . && " in demo and "-e" not in demo.split()
     (tests,) = [line for line in installs if "pytest" in line]
-    assert "-e" not in tests.split()
+    for line, target in ((demo, "."), (tests, ".[test]")):
+        (arguments,) = [
+            step[3:] for step in _steps(line) if step[:3] == [".venv/bin/uv", "pip", "install"]
+        ]
+        assert target in arguments and not {"-e", "--editable"} & set(arguments)
+        # into the new environment (not an activated one), compiled as pip would
+        assert "-p .venv" in " ".join(arguments) and "--compile-bytecode" in arguments
+
+
+def _steps(line: str) -> list[list[str]]:
+    """The commands of a shell line joined by ``&&``, each as its arguments."""
+    steps, step = [], []
+    for word in shlex.split(line):
+        if word == "&&":
+            steps.append(step)
+            step = []
+        else:
+            step.append(word)
+    return [*steps, step]
 
 
 def test_no_source_folder_in_the_root_can_hide_the_installed_package():

@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from fdptm import signing
 from fdptm.errors import BadInputError
 from fdptm.evaluation import significance, topwords
 from fdptm.evaluation.significance import WordTest
+from fdptm.storage.artifacts import parquet_bytes
 from fdptm.storage.objectstore import filesystem
 from fdptm.tasks.sources import is_url, shown
 
@@ -325,11 +325,11 @@ def _load_dir(root: Path, key: Ed25519PublicKey | None) -> Release:
                 "changed or replaced after the release; restore it from the published copy"
             )
     try:
-        table = _parquet(files["topic_word.parquet"])
+        table = parquet_bytes(files["topic_word.parquet"])
         phi = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
-        vocab = _parquet(files["vocabulary.parquet"])
+        vocab = parquet_bytes(files["vocabulary.parquet"])
         index = vocab.column("index").to_numpy()
-    except (ValueError, KeyError, OSError) as exc:
+    except (pa.ArrowException, ValueError, KeyError, OSError) as exc:
         raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
     order = np.argsort(index, kind="stable")
     if not np.array_equal(index[order], np.arange(len(index))):
@@ -344,15 +344,6 @@ def _load_dir(root: Path, key: Ed25519PublicKey | None) -> Release:
     return Release(
         root, phi, words, manifest, files, None if signer is None else signing.hex_of(signer)
     )
-
-
-def _parquet(data: bytes) -> pa.Table:
-    """The Parquet file ``data`` as a table, read on this thread: pyarrow's dataset reader
-    (``pq.read_table``) runs on Arrow's thread pools, whose threads can still be alive when
-    a short script that loaded a release exits, and the process then aborts ("terminate
-    called without an active exception", apache/arrow#34314; one run in 30 of the manual's
-    example under load)."""
-    return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
 
 
 def _number(value: object) -> str:

@@ -32,16 +32,18 @@ class _InstalledFile(FileSystemPathPointer):
     """A file of the installed ``wn`` distribution, opened with ``open``.
 
     nltk >= 3.10 opens corpus files through ``nltk.pathsec``, which refuses a file with more
-    than one hard link or one that another account owns: an install by uv (which hard-links
-    files from its cache by default) or a system-wide install used by another account is
-    refused, with a traceback in PRE. These files are part of the installed software, as
+    than one hard link, one that another account owns and one its group may write: an
+    install by uv (which hard-links files from its cache by default), a system-wide install
+    used by another account or one made under umask 002 is refused, with a traceback in
+    PRE. (uv's ``symlink`` link mode stays refused: nltk's ``CorpusReader.open`` refuses a
+    file that resolves outside its directory.) These files are part of the installed software, as
     trusted as the code that reads them; nltk's checks guard data directories that others
     may write to, which an environment's ``site-packages`` is not. ``join`` keeps nltk's
     refusal of paths that leave the root."""
 
     def open(self, encoding: str | None = None):
         stream = open(self.path, "rb")  # noqa: SIM115 (the reader closes it)
-        return SeekableUnicodeStreamReader(stream, encoding) if encoding else stream
+        return stream if encoding is None else SeekableUnicodeStreamReader(stream, encoding)
 
     def join(self, fileid: str) -> _InstalledFile:
         return _InstalledFile(super().join(fileid).path)
