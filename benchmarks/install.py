@@ -11,7 +11,9 @@ them one after the other). ``uv``: ``pip install uv`` and ``uv pip install -p .v
 --compile-bytecode`` (the README's commands; the ``pip install uv`` is in its time);
 ``pip``: ``pip install`` (which compiles the modules too). Both download from the package
 registries, so the figures include the network of the day; the arms alternate, the order
-rotating every round.
+rotating every round. Both installers get this process's environment with only HOME,
+``XDG_CACHE_HOME`` and the cache variables replaced, as ``.ci/run`` gives them: the
+site-wide pip configuration and ``PIP_*`` settings still reach pip.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ TARGETS_INSTALLED = {"checkout": ".", "test extras": ".[test]"}
 
 
 def install(arm: str) -> dict[str, float]:
-    """Seconds of each of the README's two installs, by ``arm``, from empty caches."""
+    """Seconds of each of the README's two installs, by ``arm``: the first from empty caches,
+    the second with what the first left in them."""
     with tempfile.TemporaryDirectory(prefix="fdptm-install-") as tmp:
         root, home = Path(tmp) / "src", Path(tmp) / "home"
         home.mkdir()
@@ -58,7 +61,9 @@ def install(arm: str) -> dict[str, float]:
             start = time.perf_counter()
             for step in STEPS[arm]:
                 argv = [part.replace("{target}", target) for part in step]
-                subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True)
+                done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
             times[name] = time.perf_counter() - start
         return times
 

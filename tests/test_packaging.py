@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shlex
 import tomllib
 from pathlib import Path
@@ -46,7 +47,8 @@ def test_ci_runs_the_readme_commands_as_written():
         ]
         assert target in arguments and not {"-e", "--editable"} & set(arguments)
         # into the new environment (not an activated one), compiled as pip would
-        assert "-p .venv" in " ".join(arguments) and "--compile-bytecode" in arguments
+        assert ("-p", ".venv") in itertools.pairwise(arguments)
+        assert "--compile-bytecode" in arguments
 
 
 def _steps(line: str) -> list[list[str]]:

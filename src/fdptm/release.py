@@ -329,12 +329,12 @@ def _load_dir(root: Path, key: Ed25519PublicKey | None) -> Release:
         phi = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
         vocab = parquet_bytes(files["vocabulary.parquet"])
         index = vocab.column("index").to_numpy()
+        listed = vocab.column("word").to_pylist()
     except (pa.ArrowException, ValueError, KeyError, OSError) as exc:
         raise BadInputError(f"{root}: the release files cannot be read: {exc}") from None
     order = np.argsort(index, kind="stable")
     if not np.array_equal(index[order], np.arange(len(index))):
         raise BadInputError(f"{root}: the vocabulary's index is not 0..V-1")
-    listed = vocab.column("word").to_pylist()
     words = [listed[i] for i in order]
     if phi.ndim != 2 or phi.shape[1] != len(words):
         raise BadInputError(

