@@ -9,6 +9,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,13 @@ os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="fdptm-tests-prefe
 # would keep that test's stream, which pytest closes when the test ends.
 import prefect.main  # noqa: F401
 
+from fdptm.cli import _quiet_prefect
+
+# The process-wide defaults the CLI sets (once, with setdefault) in its process, set for the
+# whole session: the tests' in-process commands would otherwise set them in whichever test
+# runs one first (``environment_kept``).
+_quiet_prefect()
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PHEME_RAW = SHARED / "data" / "pheme" / "pheme_raw.json"
 PHEME_CLEAN = SHARED / "data" / "pheme" / "pheme_clean.json"
@@ -46,6 +55,54 @@ def pytest_xdist_auto_num_workers(config):
     other; 2 workers took 1,242 s on the code of a day before). With 3 the cores are busy 99%
     of the run (``benchmarks/suite.md``): a fourth only adds contention."""
     return len(os.sched_getaffinity(0)) + 1
+
+
+def _set_environ(values: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(values)
+
+
+NOT_KEPT = {
+    "PYTEST_CURRENT_TEST",  # pytest's own, set for each test
+    "KMP_DUPLICATE_LIB_OK",  # scikit-learn's, set once when it is first imported
+    "KMP_INIT_AT_FORK",
+}
+"""Variables a test may leave changed: set by pytest, or once per process by a library's
+import (the first test that imports it sets them, for good)."""
+
+
+@pytest.fixture(autouse=True)
+def environment_kept():
+    """Every test leaves ``os.environ`` as it found it (monkeypatch's changes are undone
+    before this check). A variable left behind reaches every later child process of the
+    session, and one that keys ``fdptm serve`` (``fdptm.handoff.key``: thread counts,
+    ``PYTHONHASHSEED`` and others) silently stops the session's commands from being handed
+    to its server, so they pay a fresh process's imports: Dask's nanny left four such
+    variables, and the suite's served tests ran fresh after its first Dask test."""
+    before = dict(os.environ)
+    yield
+    names = (before.keys() | os.environ.keys()) - NOT_KEPT
+    changed = sorted(k for k in names if before.get(k) != os.environ.get(k))
+    if changed:
+        _set_environ(before)
+        pytest.fail(f"the test changed os.environ and did not restore it: {changed}")
+
+
+@contextmanager
+def local_cluster(**options) -> Iterator:
+    """A real ``distributed.LocalCluster``, with this process's environment kept: its
+    nanny sets its workers' variables (``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``,
+    ``OPENBLAS_NUM_THREADS=1``, ``PYTHONHASHSEED``) in the process that spawns them and
+    leaves them there (distributed's ``WorkerProcess.start``), for the workers to inherit."""
+    from distributed import LocalCluster
+
+    before = dict(os.environ)
+    try:
+        with LocalCluster(**options) as cluster:
+            _set_environ(before)  # the workers have been spawned
+            yield cluster
+    finally:
+        _set_environ(before)  # a worker the nanny restarted set them again
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +149,15 @@ def served(served_env, monkeypatch):
     """This test's ``fdptm`` child processes (which inherit ``os.environ``, or keep
     ``SERVE_VARS`` of an environment they build) are handed to the session's server
     (``served_env``); a command that must start fresh sets ``FDPTM_SERVE=off``."""
+    from fdptm import handoff
+
     for name in SERVE_VARS:
         monkeypatch.setenv(name, served_env[name])
+    path = handoff.socket_path()
+    assert path is not None and path.exists(), (
+        "this process's commands would not reach the session's fdptm serve: something "
+        "changed what keys it (fdptm.handoff.key), and they would run in fresh processes"
+    )
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import local_cluster
 
 from fdptm.cli import main
 from fdptm.storage.catalog import Catalog
@@ -174,9 +175,8 @@ def test_a_partition_that_spent_and_cannot_go_on_is_not_retried(tmp_path, capsys
     assert catalog.query("SELECT count(*) AS n FROM ledger WHERE state = 'spent'") == spent
 
 
-def test_a_backfill_fans_out_on_a_dask_cluster(tmp_path):
+def test_a_backfill_fans_out_on_a_dask_cluster(tmp_path, monkeypatch):
     """Two batches released by the workers of a real Dask LocalCluster (processes)."""
-    from distributed import LocalCluster
     from prefect.settings import PREFECT_API_URL
 
     from fdptm.flows.backfill import run_backfill
@@ -192,12 +192,9 @@ def test_a_backfill_fans_out_on_a_dask_cluster(tmp_path):
         dataset="small", epsilon=1000, delta=1e-5, topics=2, iterations=5,
         mechanism="hdp-lda", seed=3, workspace=str(workspace.root),
     )  # fmt: skip
-    os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()  # the workers inherit it
-    try:
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
-            result = run_backfill(request, "batch", dask_address=cluster.scheduler_address)
-    finally:
-        del os.environ["PREFECT_API_URL"]
+    monkeypatch.setenv("PREFECT_API_URL", PREFECT_API_URL.value())  # the workers inherit it
+    with local_cluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
+        result = run_backfill(request, "batch", dask_address=cluster.scheduler_address)
     assert [(p["partition"], p["status"]) for p in result["partitions"]] == [
         ("batch 1", "released"),
         ("batch 2", "released"),

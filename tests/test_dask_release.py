@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import local_cluster
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 import fdptm
@@ -19,9 +20,7 @@ from fdptm.privacy.adjacency import Adjacency
 
 @pytest.fixture(scope="module")
 def cluster():
-    from distributed import LocalCluster
-
-    with LocalCluster(
+    with local_cluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as c:
         yield c.scheduler_address
@@ -317,17 +316,14 @@ def test_an_unreachable_cluster_is_refused_before_any_budget_is_spent(tmp_path, 
 
 
 def test_a_scheduler_without_workers_is_refused():
-    from distributed import LocalCluster
-
     from fdptm.errors import BadInputError
     from fdptm.parallel import check_cluster
 
-    empty = LocalCluster(n_workers=0, processes=False, dashboard_address=None)
-    try:
-        with pytest.raises(BadInputError, match="has no worker"):
-            check_cluster(empty.scheduler_address)
-    finally:
-        empty.close()
+    with (
+        local_cluster(n_workers=0, processes=False, dashboard_address=None) as empty,
+        pytest.raises(BadInputError, match="has no worker"),
+    ):
+        check_cluster(empty.scheduler_address)
 
 
 def test_a_cluster_of_this_code_passes_the_check(cluster):
