@@ -12,8 +12,12 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from distributed import LocalCluster
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -57,15 +61,27 @@ def pytest_xdist_auto_num_workers(config):
     return len(os.sched_getaffinity(0)) + 1
 
 
-def _set_environ(values: dict[str, str]) -> None:
-    os.environ.clear()
-    os.environ.update(values)
+def _changed(before: dict[str, str], ignored: set[str] = frozenset()) -> list[str]:
+    """The variables whose value in ``os.environ`` differs from ``before`` (set, changed or
+    removed since)."""
+    names = (before.keys() | os.environ.keys()) - ignored
+    return sorted(k for k in names if before.get(k) != os.environ.get(k))
+
+
+def _restore_environ(before: dict[str, str]) -> None:
+    """The variables that changed since ``before`` as they were (one at a time: the others
+    stay in place for a thread that reads the environment meanwhile)."""
+    for name in _changed(before):
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            os.environ.pop(name, None)
 
 
 NOT_KEPT = {
     "PYTEST_CURRENT_TEST",  # pytest's own, set for each test
-    "KMP_DUPLICATE_LIB_OK",  # scikit-learn's, set once when it is first imported
-    "KMP_INIT_AT_FORK",
+    "KMP_DUPLICATE_LIB_OK",  # set once by the first import of scikit-learn, joblib or
+    "KMP_INIT_AT_FORK",  # threadpoolctl
 }
 """Variables a test may leave changed: set by pytest, or once per process by a library's
 import (the first test that imports it sets them, for good)."""
@@ -81,28 +97,29 @@ def environment_kept():
     variables, and the suite's served tests ran fresh after its first Dask test."""
     before = dict(os.environ)
     yield
-    names = (before.keys() | os.environ.keys()) - NOT_KEPT
-    changed = sorted(k for k in names if before.get(k) != os.environ.get(k))
+    changed = _changed(before, NOT_KEPT)
     if changed:
-        _set_environ(before)
+        _restore_environ(before)
         pytest.fail(f"the test changed os.environ and did not restore it: {changed}")
 
 
 @contextmanager
-def local_cluster(**options) -> Iterator:
-    """A real ``distributed.LocalCluster``, with this process's environment kept: its
-    nanny sets its workers' variables (``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``,
-    ``OPENBLAS_NUM_THREADS=1``, ``PYTHONHASHSEED``) in the process that spawns them and
-    leaves them there (distributed's ``WorkerProcess.start``), for the workers to inherit."""
+def local_cluster(**options) -> Iterator[LocalCluster]:
+    """A real ``distributed.LocalCluster``, with this process's environment kept: with
+    worker processes, its nanny sets their variables (``distributed.nanny.pre-spawn-environ``:
+    ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` at 1, and
+    ``PYTHONHASHSEED``) in the process that spawns them and leaves them there
+    (distributed's ``WorkerProcess.start``), for the workers to inherit; and distributed
+    marks the process as its children's parent (``__DASK_PARENT_PID``)."""
     from distributed import LocalCluster
 
     before = dict(os.environ)
     try:
         with LocalCluster(**options) as cluster:
-            _set_environ(before)  # the workers have been spawned
+            _restore_environ(before)  # the workers have been spawned
             yield cluster
     finally:
-        _set_environ(before)  # a worker the nanny restarted set them again
+        _restore_environ(before)  # a worker the nanny restarted set them again
 
 
 @pytest.fixture(scope="session")
@@ -149,14 +166,14 @@ def served(served_env, monkeypatch):
     """This test's ``fdptm`` child processes (which inherit ``os.environ``, or keep
     ``SERVE_VARS`` of an environment they build) are handed to the session's server
     (``served_env``); a command that must start fresh sets ``FDPTM_SERVE=off``."""
-    from fdptm import handoff
+    from fdptm.serve import holder
 
     for name in SERVE_VARS:
         monkeypatch.setenv(name, served_env[name])
-    path = handoff.socket_path()
-    assert path is not None and path.exists(), (
-        "this process's commands would not reach the session's fdptm serve: something "
-        "changed what keys it (fdptm.handoff.key), and they would run in fresh processes"
+    assert holder() is not None, (
+        "no fdptm serve runs for this process's environment: the session's server stopped, "
+        "or something changed what keys it (fdptm.handoff.key), and the commands would run "
+        "in fresh processes"
     )
 
 

@@ -145,12 +145,12 @@ def test_vectorised_pre_equals_the_per_document_rules_on_real_tweets():
 def test_pre_in_worker_processes_equals_pre_in_this_process(monkeypatch):
     """Chunks of 500 PHEME tweets on two worker processes and in this process (one
     thread), under two configurations (the first again after the pool stopped): the same
-    tokens in the same order as PRE in one chunk, which equals the per-document rules on
-    these tweets under both configurations (the test above), and the progress counts every
-    text once."""
+    tokens in the same order as ``preprocess_texts`` gets (the call it makes), which equal
+    the per-document rules on these tweets under both configurations (the test above), and
+    the progress counts every text once."""
     texts = pa.array(json.loads(PHEME_RAW.read_text())["text"], pa.string())
     short = PreConfig(min_len=2, max_len=8, strip_urls=False, strip_mentions=False)
-    whole = {cfg: preprocess_array(texts, cfg, chunk=len(texts)) for cfg in (PreConfig(), short)}
+    whole = {cfg: preprocess_array(texts, cfg) for cfg in (PreConfig(), short)}
     for cfg in (PreConfig(), short, PreConfig()):
         ticks: list[int] = []
         monkeypatch.setenv("FDPTM_THREADS", "2")
