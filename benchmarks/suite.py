@@ -5,6 +5,7 @@ servers and workers, PostgreSQL, worker pools, ...).
     python benchmarks/suite.py                          # the whole suite, as the README runs it
     python benchmarks/suite.py --python /clone/.venv/bin/python --checkout /clone
     python benchmarks/suite.py -- -k ledger             # pytest options after --
+    python benchmarks/suite.py --per-test               # serially, the CPU of each test
 
 Why: the suite runs on every core (pytest-xdist), so once the cores are full its wall time
 is its CPU time over the cores, and only less CPU makes it faster. This says where the CPU
@@ -22,19 +23,25 @@ lives less than a quarter second, are missed, so the table also gives the whole 
 busy CPU in the same interval (/proc/stat): the rows' total over it is how much was seen.
 A fork is told from its parent by its parent (same command line): a forked ``fdptm serve``
 child is a served command, a forked pytest worker is a test's own fork.
+
+``--per-test`` runs the tests one at a time (``-n0``) with the ``per_test_cpu`` plugin,
+and adds the tests and the files that cost the most machine CPU (``per_test_cpu``'s
+docstring says why the machine's): the run takes about twice the wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,11 +213,37 @@ def slowest(output: str) -> list[tuple[float, str, str]]:
     return [(float(s), phase, test) for s, phase, test in found]
 
 
+def costliest(tests: list[dict], top: int = 25) -> str:
+    """Markdown: the tests, then the test files, that cost the most machine CPU."""
+    cpu = sum(t["cpu"] for t in tests)
+    lines = [
+        f"\n\nEach test's machine CPU in this serial run ({len(tests)} tests, {cpu:,.0f} s "
+        f"of CPU in them; `benchmarks/per_test_cpu.py`), the {top} costliest:\n",
+        "| CPU s | wall s | test |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {t['cpu']:.1f} | {t['wall']:.1f} | `{t['test']}` |"
+        for t in sorted(tests, key=lambda t: -t["cpu"])[:top]
+    ]
+    files, walls = Counter(), Counter()
+    for t in tests:
+        name = t["test"].split("::")[0]
+        files[name] += t["cpu"]
+        walls[name] += t["wall"]
+    lines += ["", "By file, the costliest:", "", "| CPU s | wall s | file |", "|---|---|---|"]
+    lines += [f"| {c:.1f} | {walls[f]:.1f} | `{f}` |" for f, c in files.most_common(top)]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="the environment's python")
     parser.add_argument("--checkout", default=str(HERE.parent), help="the checkout to test")
     parser.add_argument("--out", help="output stem (default benchmarks/suite)")
+    parser.add_argument(
+        "--per-test", action="store_true", help="serially, with each test's machine CPU"
+    )
     parser.add_argument("pytest_args", nargs="*", help="more pytest options (after --)")
     args = parser.parse_args()
     table = Table(
@@ -222,6 +255,12 @@ def main() -> None:
     token = uuid.uuid4().hex
     env = os.environ | {MARKER: token}
     command = [args.python, "-m", "pytest", "--durations=15", *args.pytest_args]
+    per_test = None
+    if args.per_test:
+        per_test = Path(tempfile.mkstemp(prefix="fdptm-per-test-", suffix=".jsonl")[1])
+        path = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+        env |= {"PYTHONPATH": path, "FDPTM_PER_TEST_CPU": str(per_test)}
+        command[3:3] = ["-n0", "-p", "per_test_cpu"]
     since = _start_ticks()
     busy0, all0 = _busy()
     begun = time.monotonic()
@@ -262,6 +301,11 @@ def main() -> None:
     record = {"machine": table.started, "columns": table.columns, "rows": table.rows}
     record |= {"wall": wall, "machine_cpu": machine_cpu, "idle": idle, "exit": proc.returncode}
     record["slowest"] = slowest(output)
+    if per_test is not None:
+        tests = [json.loads(line) for line in per_test.read_text().splitlines()]
+        per_test.unlink()
+        md += costliest(tests)
+        record["per_test"] = tests
     path = save("suite", TITLE, md, record, args.out)
     print(output[-3000:])
     print(f"written: {path}")

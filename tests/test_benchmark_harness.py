@@ -162,3 +162,34 @@ def test_the_suite_benchmark_follows_descendants_and_marked_processes(suite):
     assert child.cpu >= 0.55 and pids[marked.pid].cpu >= 0.55
     rows = watch.by_kind()
     assert rows["python -c (a test's script)"][0] == 3
+
+
+def test_the_per_test_plugin_counts_the_cpu_of_a_tests_child_processes(suite, tmp_path):
+    """A test whose child process burns 0.6 CPU seconds is charged at least that much of
+    the machine's CPU (the machine may add more, never less); ``costliest`` ranks the tests
+    and their file."""
+    burn = "import time\nwhile time.process_time() < 0.6: pass"
+    (tmp_path / "test_cost.py").write_text(
+        "import subprocess, sys\n\n"
+        f"def test_burns():\n    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n\n"
+        "def test_idle():\n    pass\n"
+    )
+    out = tmp_path / "cpu.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env |= {"PYTHONPATH": str(HARNESS.parent), "FDPTM_PER_TEST_CPU": str(out)}
+    command = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "per_test_cpu"]
+    done = subprocess.run(
+        [*command, "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    tests = {json.loads(line)["test"]: json.loads(line) for line in out.read_text().splitlines()}
+    assert set(tests) == {"test_cost.py::test_burns", "test_cost.py::test_idle"}
+    assert tests["test_cost.py::test_burns"]["cpu"] >= 0.6
+    markdown = suite.costliest(list(tests.values()), top=1)
+    assert "| `test_cost.py::test_burns` |" in markdown and "test_idle" not in markdown
+    assert "| `test_cost.py` |" in markdown
