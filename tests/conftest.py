@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,7 +61,7 @@ def pytest_xdist_auto_num_workers(config):
     return len(os.sched_getaffinity(0)) + 1
 
 
-def _changed(before: dict[str, str], ignored: set[str] = frozenset()) -> list[str]:
+def _changed(before: dict[str, str], ignored: Set[str] = frozenset()) -> list[str]:
     """The variables whose value in ``os.environ`` differs from ``before`` (set, changed or
     removed since)."""
     names = (before.keys() | os.environ.keys()) - ignored
@@ -94,7 +94,8 @@ def environment_kept():
     session, and one that keys ``fdptm serve`` (``fdptm.handoff.key``: thread counts,
     ``PYTHONHASHSEED`` and others) silently stops the session's commands from being handed
     to its server, so they pay a fresh process's imports: Dask's nanny left four such
-    variables, and the suite's served tests ran fresh after its first Dask test."""
+    variables, and a worker's served tests ran fresh after its first Dask test
+    (benchmarks/suite.md)."""
     before = dict(os.environ)
     yield
     changed = _changed(before, NOT_KEPT)
