@@ -26,7 +26,7 @@ child is a served command, a forked pytest worker is a test's own fork.
 
 ``--per-test`` runs the tests one at a time (``-n0``) with the ``per_test_cpu`` plugin,
 and adds the tests and the files that cost the most machine CPU (``per_test_cpu``'s
-docstring says why the machine's): the run takes about twice the wall time.
+docstring says why the machine's): the whole suite then takes about 1.5 times as long.
 """
 
 from __future__ import annotations
@@ -256,11 +256,14 @@ def main() -> None:
     env = os.environ | {MARKER: token}
     command = [args.python, "-m", "pytest", "--durations=15", *args.pytest_args]
     per_test = None
-    if args.per_test:
-        per_test = Path(tempfile.mkstemp(prefix="fdptm-per-test-", suffix=".jsonl")[1])
+    if args.per_test:  # -n0 last: it wins over an -n among the options
+        descriptor, name = tempfile.mkstemp(prefix="fdptm-per-test-", suffix=".jsonl")
+        os.close(descriptor)
+        per_test = Path(name)
         path = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
         env |= {"PYTHONPATH": path, "FDPTM_PER_TEST_CPU": str(per_test)}
-        command[3:3] = ["-n0", "-p", "per_test_cpu"]
+        command[3:3] = ["-p", "per_test_cpu"]
+        command.append("-n0")
     since = _start_ticks()
     busy0, all0 = _busy()
     begun = time.monotonic()
@@ -270,7 +273,12 @@ def main() -> None:
     watch = Watch(proc.pid, token, since)
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
-    output = proc.communicate()[0].decode(errors="replace")
+    try:
+        output = proc.communicate()[0].decode(errors="replace")
+        tests = [json.loads(line) for line in per_test.read_text().splitlines()] if per_test else []
+    finally:
+        if per_test is not None:
+            per_test.unlink(missing_ok=True)
     wall = time.monotonic() - begun
     watch.done.set()
     thread.join()
@@ -284,8 +292,9 @@ def main() -> None:
         table.add(name, count, round(cpu, 1), f"{cpu / seen:.0%}")
     summary = re.findall(r"^=+ (.*(?:passed|failed|error).*) =+$", output, re.M)
     slow = "\n".join(f"| {s:.1f} | {phase} | `{test}` |" for s, phase, test in slowest(output))
+    plugin = " (with `PYTHONPATH=benchmarks` and `FDPTM_PER_TEST_CPU` set)" if per_test else ""
     table.notes = (
-        f"Tests run: `{' '.join(['python', *command[1:]])}` in {args.checkout} "
+        f"Tests run: `{' '.join(['python', *command[1:]])}`{plugin} in {args.checkout} "
         f"(exit {proc.returncode}: {summary[-1] if summary else 'no summary line'}).\n\n"
         f"Wall {wall:.0f} s on {cores} cores; the machine's busy CPU in that time "
         f"{machine_cpu:,.0f} s ({machine_cpu / wall:.2f} cores busy on average, idle "
@@ -295,15 +304,15 @@ def main() -> None:
         "missed, and the machine's own processes are not rows."
     )
     md = table.markdown() + (
-        "\n\nThe slowest tests (pytest's `--durations`; wall seconds, under the load of the "
-        "other workers):\n\n| s | phase | test |\n|---|---|---|\n" + slow
+        "\n\nThe slowest tests (pytest's `--durations`; wall seconds"
+        + ("" if per_test else ", under the load of the other workers")
+        + "):\n\n| s | phase | test |\n|---|---|---|\n"
+        + slow
     )
     record = {"machine": table.started, "columns": table.columns, "rows": table.rows}
     record |= {"wall": wall, "machine_cpu": machine_cpu, "idle": idle, "exit": proc.returncode}
     record["slowest"] = slowest(output)
     if per_test is not None:
-        tests = [json.loads(line) for line in per_test.read_text().splitlines()]
-        per_test.unlink()
         md += costliest(tests)
         record["per_test"] = tests
     path = save("suite", TITLE, md, record, args.out)

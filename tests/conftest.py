@@ -68,10 +68,10 @@ def _changed(before: dict[str, str], ignored: Set[str] = frozenset()) -> list[st
     return sorted(k for k in names if before.get(k) != os.environ.get(k))
 
 
-def _restore_environ(before: dict[str, str]) -> None:
-    """The variables that changed since ``before`` as they were (one at a time: the others
-    stay in place for a thread that reads the environment meanwhile)."""
-    for name in _changed(before):
+def _restore_environ(before: dict[str, str], ignored: Set[str] = frozenset()) -> None:
+    """The variables that changed since ``before`` as they were, but ``ignored`` (one at a
+    time: the others stay in place for a thread that reads the environment meanwhile)."""
+    for name in _changed(before, ignored):
         if name in before:
             os.environ[name] = before[name]
         else:
@@ -100,18 +100,18 @@ def environment_kept():
     yield
     changed = _changed(before, NOT_KEPT)
     if changed:
-        _restore_environ(before)
+        _restore_environ(before, NOT_KEPT)
         pytest.fail(f"the test changed os.environ and did not restore it: {changed}")
 
 
 @contextmanager
 def local_cluster(**options) -> Iterator[LocalCluster]:
     """A real ``distributed.LocalCluster``, with this process's environment kept: with
-    worker processes, its nanny sets their variables (``distributed.nanny.pre-spawn-environ``:
-    ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` at 1, and
-    ``PYTHONHASHSEED``) in the process that spawns them and leaves them there
-    (distributed's ``WorkerProcess.start``), for the workers to inherit; and distributed
-    marks the process as its children's parent (``__DASK_PARENT_PID``)."""
+    worker processes, its nanny sets their variables in the process that spawns them and
+    leaves them there (distributed's ``WorkerProcess.start``), for the workers to inherit:
+    ``distributed.nanny.pre-spawn-environ`` (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and
+    ``OPENBLAS_NUM_THREADS`` at 1, ``MALLOC_TRIM_THRESHOLD_``) and ``PYTHONHASHSEED``; and
+    it marks the process as its children's parent (``__DASK_PARENT_PID``)."""
     from distributed import LocalCluster
 
     before = dict(os.environ)
@@ -167,11 +167,13 @@ def served(served_env, monkeypatch):
     """This test's ``fdptm`` child processes (which inherit ``os.environ``, or keep
     ``SERVE_VARS`` of an environment they build) are handed to the session's server
     (``served_env``); a command that must start fresh sets ``FDPTM_SERVE=off``."""
+    from fdptm.handoff import socket_path
     from fdptm.serve import holder
 
     for name in SERVE_VARS:
         monkeypatch.setenv(name, served_env[name])
-    assert holder() is not None, (
+    path = socket_path()
+    assert holder() is not None and path is not None and path.exists(), (
         "no fdptm serve runs for this process's environment: the session's server stopped, "
         "or something changed what keys it (fdptm.handoff.key), and the commands would run "
         "in fresh processes"
