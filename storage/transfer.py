@@ -90,6 +90,7 @@ def migrate(workspace: Workspace, url: str) -> Moved:
         marker = workspace.root / MOVED_MARKER  # from here on no process opens the old file
         marker.write_text(redacted(url) + "\n")
         os.chmod(marker, 0o600)
+    source.release_idle()  # detached and checkpointed before the files are renamed
     for name in ("catalog.duckdb", "catalog.duckdb.wal"):
         old = workspace.root / name
         if old.exists():

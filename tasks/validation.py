@@ -1,9 +1,12 @@
 """Great Expectations checks for ingested rows and for releases.
 
-One ephemeral GX context per process (nothing written to disk, analytics off). ``failing_rows``
-runs a suite on a DataFrame and maps every unexpected row index to the reasons it failed,
-so ingest can report each bad row with why; ``failed_checks`` lists the failed table-level
-expectations, for
+One ephemeral GX context per process (nothing written to disk, analytics off), and in it one
+pandas data source and batch definition per suite name, made on first use and then reused
+with each new DataFrame: making them is most of a small validation's cost (GX re-serialises
+its project configuration on every data source or asset it adds), and ``fdptm serve`` makes
+them once for every command it forks (``prepare``). ``failing_rows`` runs a suite on a
+DataFrame and maps every unexpected row index to the reasons it failed, so ingest can report
+each bad row with why; ``failed_checks`` lists the failed table-level expectations, for
 release validation.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -18,6 +22,11 @@ from typing import Any
 import pandas as pd
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+SUITES = ("ingest", "release-vocabulary", "release-matrix")
+"""The names fdptm validates under (``prepare`` makes their batch definitions)."""
+
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -40,20 +49,37 @@ def _context():
     return context
 
 
-def _validate(frame: pd.DataFrame, checks: list[Check], name: str):
+@cache
+def _batch_definition(name: str):
+    """The whole-DataFrame batch definition of suite ``name`` (one data source each)."""
+    source = _context().data_sources.add_pandas(f"fdptm-{name}")
+    return source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
+
+
+def prepare(names: tuple[str, ...] = SUITES) -> None:
+    """Make the GX context and the batch definitions of ``names`` now, not at first use."""
+    with _LOCK:
+        for name in names:
+            _batch_definition(name)
+
+
+def _validate(frame: pd.DataFrame, checks: list[Check], name: str) -> list[tuple[Check, Any]]:
+    """Each check with its GX result on ``frame`` (one validation at a time per process:
+    the cached definitions are shared, and GX does not promise thread safety). ``name`` is
+    one of ``SUITES``."""
     import great_expectations as gx
 
-    context = _context()
-    source = context.data_sources.add_or_update_pandas(f"fdptm-{name}")
-    asset = source.add_dataframe_asset(f"{name}-{len(source.assets)}")
-    batch = asset.add_batch_definition_whole_dataframe("all").get_batch(
-        batch_parameters={"dataframe": frame}
-    )
-    suite = gx.ExpectationSuite(name=f"fdptm-{name}")
-    for check in checks:
-        suite.add_expectation(check.expectation)
-    result = batch.validate(suite, result_format={"result_format": "COMPLETE"})
-    return zip(checks, result.results, strict=True)
+    if name not in SUITES:
+        raise ValueError(f"unknown validation suite {name!r}: add it to SUITES")
+
+    with _LOCK:
+        definition = _batch_definition(name)  # makes GX's context, which the suite needs
+        suite = gx.ExpectationSuite(name=f"fdptm-{name}")
+        for check in checks:
+            suite.add_expectation(check.expectation)
+        batch = definition.get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(suite, result_format={"result_format": "COMPLETE"})
+    return list(zip(checks, result.results, strict=True))
 
 
 def failing_rows(frame: pd.DataFrame, checks: list[Check], name: str) -> dict[int, list[str]]:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import duckdb
 import pytest
@@ -42,6 +43,7 @@ def _used(workspace: Workspace) -> Catalog:
         " FROM range(5000) t(i)",
         [now(), now()],
     )
+    catalog.release_idle()  # closed, as an earlier process leaves it
     return catalog
 
 
@@ -58,6 +60,7 @@ def test_the_schema_ddl_runs_once_per_process_per_file(workspace):
 
 def _storage_version(path) -> str:
     """The storage format DuckDB reports for the catalog file at ``path``."""
+    catalog_module.release_idle()  # this process's last block detached, as after a command
     con = duckdb.connect(":memory:")
     try:
         con.execute(f"ATTACH '{path}' AS probe (READ_ONLY)")
@@ -84,6 +87,7 @@ def test_a_catalog_in_duckdb_1_0s_format_is_converted_with_its_rows(workspace):
     catalog.ensure_dataset("d", "document")
     Ledger(catalog).set_cap("d", 10.0, 1e-5)
     rows = catalog.query("SELECT * FROM datasets ORDER BY name")
+    catalog.release_idle()
     legacy = workspace.catalog_path.with_name("legacy.duckdb")
     con = duckdb.connect(str(legacy))  # DuckDB's default format
     con.execute(f"ATTACH '{workspace.catalog_path}' AS current (READ_ONLY)")
@@ -109,6 +113,7 @@ def test_a_catalog_in_a_newer_format_is_used_in_its_own(workspace):
     one is read and written in that format."""
     catalog = Catalog(workspace.create())
     catalog.ensure_dataset("d", "document")
+    catalog.release_idle()
     con = duckdb.connect(":memory:")
     con.execute(f"ATTACH '{workspace.catalog_path}' AS c (STORAGE_VERSION 'v1.4.0')")
     con.execute("CREATE TABLE c.newer (a INTEGER)")  # a write: the checkpoint converts it
@@ -120,13 +125,8 @@ def test_a_catalog_in_a_newer_format_is_used_in_its_own(workspace):
     assert _storage_version(workspace.catalog_path) == "v1.4.0+"
 
 
-def test_one_duckdb_instance_per_process_and_nothing_held_between_calls(workspace):
-    catalog = Catalog(workspace.create())
-    with catalog.connect() as first:
-        pass
-    with Catalog(Workspace.resolve(workspace.root)).connect() as second:
-        pass
-    assert first is second
+def _lock_is_free(workspace: Workspace) -> bool:
+    """Another process can take ``catalog.lock`` and open the file right now."""
     probe = textwrap.dedent(
         f"""
         import fcntl, duckdb
@@ -137,7 +137,48 @@ def test_one_duckdb_instance_per_process_and_nothing_held_between_calls(workspac
         """
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stdout.strip() == "free", done.stderr
+    return done.stdout.strip() == "free"
+
+
+def test_one_duckdb_instance_per_process_and_blocks_in_a_row_attach_once(workspace):
+    catalog = Catalog(workspace.create())
+    with catalog.connect() as first:
+        pass
+    session = catalog._session()
+    attached = session.attached
+    assert session.lingering and attached is not None
+    with Catalog(Workspace.resolve(workspace.root)).connect() as second:
+        assert not session.lingering  # reused, not attached again
+    assert first is second and session.attached == attached
+    catalog.release_idle()
+    assert not session.lingering and session.attached is None and session.fd is None
+    assert _lock_is_free(workspace)
+
+
+def test_a_lingering_catalog_is_released_on_its_own(workspace):
+    """No call ends the linger here: the process's thread detaches the file and releases
+    the lock (polled for up to 60 s: the bound is the linger, not this wait)."""
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    session = catalog._session()
+    deadline = time.monotonic() + 60
+    while session.fd is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert session.fd is None and not session.lingering
+    assert _lock_is_free(workspace)
+    assert catalog.dataset("d")["unit"] == "document"  # attached again
+
+
+def test_a_replaced_catalog_is_attached_again_not_reused(workspace, tmp_path):
+    """A lingering attachment is reused only while the path is the same file."""
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    catalog.release_idle()
+    spare = tmp_path / "spare.duckdb"
+    shutil.copy(workspace.catalog_path, spare)
+    catalog.ensure_dataset("e", "author")  # lingers with d and e
+    os.replace(spare, workspace.catalog_path)  # only d
+    assert [r["name"] for r in catalog.query("SELECT name FROM datasets")] == ["d"]
 
 
 NESTED = """

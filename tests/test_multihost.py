@@ -235,6 +235,7 @@ def test_catalog_migrate_moves_a_duckdb_workspace_whole(
     assert main(["budget", "--dataset", "small", *cap, *root]) == 0
     assert main(["release", "--dataset", "small", *RELEASE, *MECHANISM, "--seed", "3", *root]) == 0
     commitment = ws.commitment("ab" * 32)
+    Catalog(ws).release_idle()  # read the file as a later process would
     with duckdb.connect(str(ws.catalog_path), read_only=True) as con:
         before = {t: _images(con, t) for t in TABLES}
     url = postgres_server.database()

@@ -492,3 +492,47 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+LOGGING_FOLLOWS = """
+import json, logging, os, pathlib, sys
+from prefect.logging import configuration
+from fdptm import serve
+from fdptm.cli import _quiet_prefect
+
+def level():
+    return logging.getLogger("prefect").level
+
+_quiet_prefect()
+serve._refresh_prefect()  # as the server at its start
+levels = [level()]
+os.environ["PREFECT_LOGGING_LEVEL"] = "DEBUG"  # a command of another environment
+serve._refresh_prefect()
+levels.append(level())
+os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
+serve._refresh_prefect()
+levels.append(level())
+text = pathlib.Path(configuration.DEFAULT_LOGGING_SETTINGS_PATH).read_text()
+own = text.replace('"${PREFECT_LOGGING_LEVEL}"', "WARNING")
+assert own != text
+pathlib.Path(sys.argv[1], "logging.yml").write_text(own)  # a logging file written since
+serve._refresh_prefect()
+levels.append(level())
+print(json.dumps(levels))
+"""
+
+
+def test_a_served_commands_prefect_logging_follows_its_settings_and_logging_file(tmp_path):
+    """A command whose Prefect settings or logging file differ from those the server
+    configured its logging from gets its own configuration, as a fresh process would."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    done = subprocess.run(
+        [sys.executable, "-c", LOGGING_FOLLOWS, str(tmp_path)],
+        env=env | {"PREFECT_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    levels = json.loads(done.stdout)
+    assert levels == [logging.CRITICAL, logging.DEBUG, logging.CRITICAL, logging.WARNING]
