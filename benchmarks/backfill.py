@@ -71,6 +71,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 from harness import at_start, save  # noqa: E402
 
 from fdptm.request import default  # noqa: E402
+from fdptm.storage.catalog import release_idle  # noqa: E402
 
 TITLE = "Backfill of weekly windows: local vs a two-worker Dask LocalCluster"
 TARGETS = "52 weekly windows of 10,000 documents in <= 300 s on 2 cores (issue 30)"
@@ -370,6 +371,7 @@ def main() -> None:
         print(f"[{time.strftime('%H:%M:%S')}] ingest: {ingest_seconds:.1f} s", flush=True)
         for f in files:
             f.unlink()
+        release_idle()  # the catalog detached before the arms copy the workspace
 
         with prefect_test_harness(server_startup_timeout=180):
             from prefect.settings import PREFECT_API_URL

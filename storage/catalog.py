@@ -12,30 +12,33 @@ between blocks leaves every table in a committed state.
 
 Cost per call. Creating a DuckDB database instance costs about 15 ms and the schema DDL a
 few more, while attaching a file to an existing instance costs about 2 ms. So each process
-keeps, per catalog file, one in-memory DuckDB instance; an outermost block takes the lock,
-ATTACHes the file, and at its end DETACHes it (DuckDB checkpoints and closes the file) and
-releases the lock. The DDL runs once per process per file (per inode; a file this process
-creates always gets it). Blocks nest: an inner ``connect()`` or ``transaction()`` in the
-same thread joins the outer one (and its lock) instead of deadlocking on its own lock, so
-a burst of calls inside one ``transaction()`` pays one attach and one commit. On 2026-11-22
-this made a read call about 5 times cheaper than an open per call (26 ms to 5 ms; under 1 ms
-inside a block), a write call about twice (its commit's fsync and the checkpoint remain):
-``benchmarks/catalog_results.md``, where the file's storage format (``STORAGE_VERSION``)
-took another quarter off since.
+keeps, per catalog file, one in-memory DuckDB instance; an outermost block takes the lock
+and ATTACHes the file, and after its end (see Linger) DETACHes it (DuckDB checkpoints and
+closes the file) and releases the lock. The DDL runs once per process per file (per inode; a
+file this process creates always gets it). Blocks nest: an inner ``connect()`` or
+``transaction()`` in the same thread joins the outer one (and its lock) instead of
+deadlocking on its own lock, so a burst of calls inside one ``transaction()`` pays one
+attach and one commit. On 2026-11-22 this made a read call about 5 times cheaper than an
+open per call (26 ms to 5 ms; under 1 ms inside a block), a write call about twice (its
+commit's fsync and the checkpoint remain): ``benchmarks/catalog_results.md``, where the
+file's storage format (``STORAGE_VERSION``) took another quarter off since.
 
 Linger. After an outermost block the file stays attached, and the lock held, for
 ``LINGER_SECONDS`` (50 ms): a block of this process that starts within that time goes on
 with the attachment (if the path is still the same file), and otherwise a thread of this
-process detaches the file and releases the lock (``_Lingerer``; at once before the process
-exits, and on ``release_idle``). A release's blocks mostly come a few ms apart, so this
+process detaches the file and releases the lock (``_Lingerer``). A run of reused blocks
+keeps the file at most ``MAX_HOLD_SECONDS`` (0.5 s) from its attach: the first block to end
+after that releases the lock at once. A release's blocks mostly come a few ms apart, so this
 saves most of its attaches and checkpoints: a 100-document release attaches the file 4
-times, not 47. What it costs: another process may wait up to 50 ms longer for the lock, and
-a process suspended as a whole (Ctrl-Z, SIGSTOP) within 50 ms of a block holds the catalog
-until it resumes, as one suspended inside a block always did; a process computing,
-uploading or waiting between blocks never holds it longer than the linger. Code that reads
-or replaces the file itself calls ``release_idle`` first. While the file lingers its WAL
-holds the blocks' commits (durable: DuckDB syncs the WAL at each commit), made private
-(0600) at each block's end.
+times, not 47. What it costs: another process waits for the lock at most about 0.5 s longer
+than the blocks themselves take; a process suspended as a whole (Ctrl-Z, SIGSTOP) within
+50 ms of a block holds the catalog until it resumes, as one suspended inside a block always
+did. Lingering ends at once on ``release_idle``: at a normal exit, before a fork, before
+``fdptm.faults`` stops the process, and before code that reads or replaces the file itself.
+A process that dies (SIGKILL, ``os._exit`` without its exit handlers) leaves its commits in
+the WAL, which the next attach replays, as a crash inside a block always did. While the file
+lingers its WAL holds the blocks' commits (DuckDB syncs the WAL at each commit); a new WAL
+is made private (0600) and its directory entry synced at the block's end.
 
 Faults. A damaged catalog (truncated, garbage, unreadable blocks), whether DuckDB notices
 at open, in the DDL or at a later query, is a ``CatalogDamagedError`` saying nothing was
@@ -49,9 +52,11 @@ budget). A workspace this user cannot write is opened read-only: reads work, wri
 from __future__ import annotations
 
 import atexit
+import ctypes
 import errno
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -102,6 +107,10 @@ block ends, for the next block of this process to reuse (``_Session.close``). A 
 runs about 47 blocks, most of them under 10 ms apart (2026-11-29, a 100-document release:
 42 of its 46 gaps were under 10 ms, two were 17 and 44 ms, and two, around training, 0.1
 and 0.4 s); attaching and detaching each one was half its catalog time."""
+MAX_HOLD_SECONDS = 0.5
+"""The longest a run of reused blocks keeps the file attached: a block that ends later than
+this after the attach releases the lock at once, so that blocks a few ms apart (with an
+upload or a computation between them) never hold the catalog for long."""
 _ALIAS = "fdptm_catalog"
 _NEWER_FORMAT_TEXT = "storage version of an existing database cannot be lowered"
 _NOT_WRITABLE_TEXT = ("Permission denied", "Read-only file system")
@@ -188,6 +197,10 @@ class _Session:
         self.rollback_only = False
         self.schema_of: tuple[int, int] | None = None
         self.attached: tuple[int, int] | None = None
+        self.writable = False
+        self.attached_at = 0.0
+        self.wal_synced: int | None = None
+        self.broken = False
         self.lingering = False
         self.until = 0.0
 
@@ -283,6 +296,7 @@ class _Session:
                 os.chmod(self.path, FILE_MODE)
             info = os.stat(self.path)
             self.attached = (info.st_dev, info.st_ino)
+            self.writable, self.attached_at, self.wal_synced = writable, time.monotonic(), None
             if writable and (created or self.schema_of != self.attached):
                 self.db.execute("BEGIN TRANSACTION")
                 schema.migrate(self.db, "duckdb", str(self.path), now())
@@ -306,17 +320,48 @@ class _Session:
 
     def close(self, discard: bool = False) -> None:
         """End an outermost block: linger (keep the file attached and the lock held for
-        ``LINGER_SECONDS``, for this process's next block), or, after an error, close the
-        instance and release the lock at once."""
-        self.in_transaction, self.rollback_only = False, False
-        if discard or self.db is None or self.fd is None:
-            self.release(discard)
+        ``LINGER_SECONDS``, for this process's next block), or release the lock at once:
+        after an error (closing the instance), a run of blocks longer than
+        ``MAX_HOLD_SECONDS``, or without a lock of ours."""
+        discard = discard or self.broken or self.in_transaction
+        self.in_transaction, self.rollback_only, self.broken = False, False, False
+        try:
+            if (
+                discard
+                or self.db is None
+                or self.fd is None
+                or time.monotonic() - self.attached_at > MAX_HOLD_SECONDS
+            ):
+                self.release(discard)
+                return
+            self._secure_wal()
+            self.lingering = True
+            self.until = time.monotonic() + LINGER_SECONDS
+            if not _lingerer.wake(self):
+                self.release()
+        except BaseException:
+            self.release(discard=True)
+            raise
+
+    def _secure_wal(self) -> None:
+        """While the file lingers the blocks' commits are in its WAL (DuckDB syncs the file
+        at each commit): make a new WAL private (DuckDB creates it with the umask's mode)
+        and sync its directory entry, so that a power loss keeps it."""
+        if not self.writable:
             return
-        with suppress(FileNotFoundError):  # DuckDB makes it with the umask's mode
-            os.chmod(self.wal, FILE_MODE)
-        self.lingering = True
-        self.until = time.monotonic() + LINGER_SECONDS
-        _lingerer.wake(self)
+        try:
+            inode = os.stat(self.wal).st_ino
+        except FileNotFoundError:
+            return  # nothing written since the last checkpoint
+        if inode == self.wal_synced:
+            return
+        os.chmod(self.wal, FILE_MODE)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        self.wal_synced = inode
 
     def release(self, discard: bool = False) -> None:
         """Detach the file (DuckDB checkpoints it), then release the lock.
@@ -326,7 +371,7 @@ class _Session:
         """
         db, fd = self.db, self.fd
         self.fd, self.attached, self.lingering = None, None, False
-        self.in_transaction, self.rollback_only = False, False
+        self.in_transaction, self.rollback_only, self.broken = False, False, False
         try:
             if db is not None and not discard:
                 try:
@@ -402,7 +447,8 @@ class _Lingerer:
 
     It never waits for a session's lock: a session in use will linger again when its
     block ends. Lock order: a session's lock, then ``cond``; the thread takes a session's
-    lock only without holding ``cond``.
+    lock only without holding ``cond``. It needs the GIL: a C call that holds the GIL for
+    long in another thread delays it.
     """
 
     def __init__(self) -> None:
@@ -410,15 +456,21 @@ class _Lingerer:
         self.pending: set[_Session] = set()
         self.thread: threading.Thread | None = None
 
-    def wake(self, session: _Session) -> None:
+    def wake(self, session: _Session) -> bool:
+        """Have ``session`` released when its time is up; False if no thread can be
+        started (at interpreter shutdown): the caller releases it itself."""
         with self.cond:
+            if self.thread is None or not self.thread.is_alive():
+                thread = threading.Thread(target=self._run, name="fdptm-catalog-linger")
+                thread.daemon = True
+                try:
+                    thread.start()
+                except RuntimeError:
+                    return False
+                self.thread = thread
             self.pending.add(session)
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="fdptm-catalog-linger", daemon=True
-                )
-                self.thread.start()
             self.cond.notify()
+            return True
 
     def _run(self) -> None:
         while True:
@@ -432,7 +484,10 @@ class _Lingerer:
                 due = [s for s in self.pending if s.until <= time.monotonic()]
                 self.pending.difference_update(due)
             for session in due:
-                end_lingering(session, only_expired=True)
+                try:
+                    end_lingering(session, only_expired=True)
+                except Exception as exc:  # the thread must go on for the other sessions
+                    _LOG.warning("could not release the catalog lock of %s: %s", session.key, exc)
 
 
 def end_lingering(session: _Session, only_expired: bool = False, wait: float = 0.0) -> None:
@@ -450,16 +505,28 @@ def end_lingering(session: _Session, only_expired: bool = False, wait: float = 0
 
 def release_idle() -> None:
     """Detach every lingering catalog of this process and release its lock now: before a
-    process stops itself (``fdptm.faults``), exits, or reads a catalog file directly."""
+    process stops itself (``fdptm.faults``), forks, exits normally, or reads a catalog
+    file directly. Other processes' lingers are theirs: a program that reads the file
+    directly takes ``catalog.lock`` first, as fdptm's own processes do."""
     with _registry.lock:
         sessions = list(_registry.sessions.values())
     for session in sessions:
         end_lingering(session, wait=BUSY_TIMEOUT_SECONDS)
 
 
+def _before_fork() -> None:
+    """Nothing lingers across a fork (without waiting: a block running in another thread
+    is the caller's own doing, as before lingering)."""
+    with _registry.lock:
+        sessions = list(_registry.sessions.values())
+    for session in sessions:
+        with suppress(Exception):
+            end_lingering(session)
+
+
 _registry = _Registry()
 _lingerer = _Lingerer()
-_inherited: list[duckdb.DuckDBPyConnection] = []
+_LOG = logging.getLogger(__name__)
 atexit.register(release_idle)
 
 
@@ -467,10 +534,10 @@ def _after_fork_in_child() -> None:
     """A forked child starts with no session and must not touch the parent's.
 
     DuckDB instances do not survive a fork (their threads are gone). The child closes its
-    copies of lock files held mid-block or lingering (without unlocking, which would
-    release the parent's lock) and keeps its copies of the instances referenced, never
-    closed: closing one could checkpoint a stale copy of the database into the parent's
-    file.
+    copies of lock files held mid-block (without unlocking, which would release the
+    parent's lock) and makes its copies of the instances immortal (one more reference,
+    never dropped): destroying one, at the child's exit, would checkpoint a stale copy of
+    the database into the parent's file and delete the parent's WAL.
     """
     global _registry, _lingerer
     for session in _registry.sessions.values():
@@ -478,12 +545,12 @@ def _after_fork_in_child() -> None:
             with suppress(OSError):
                 os.close(session.fd)
         if session.db is not None:
-            _inherited.append(session.db)
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(session.db))
     _registry = _Registry()
     _lingerer = _Lingerer()  # the parent's thread is not here, and its lock may be held
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class Catalog:
@@ -609,13 +676,14 @@ class Catalog:
     def _duckdb_transaction(
         self, con: duckdb.DuckDBPyConnection, session: _Session
     ) -> Iterator[duckdb.DuckDBPyConnection]:
-        con.execute("BEGIN TRANSACTION")
         try:
+            con.execute("BEGIN TRANSACTION")
             yield con
         except BaseException:
-            # A failed rollback leaves nothing behind: the instance is discarded next.
-            with suppress(duckdb.Error):
+            try:
                 con.execute("ROLLBACK")
+            except duckdb.Error:
+                session.broken = True  # the block's end discards the instance, not lingers
             raise
         if session.rollback_only:
             con.execute("ROLLBACK")

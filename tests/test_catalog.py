@@ -140,7 +140,17 @@ def _lock_is_free(workspace: Workspace) -> bool:
     return done.stdout.strip() == "free"
 
 
-def test_one_duckdb_instance_per_process_and_blocks_in_a_row_attach_once(workspace):
+@pytest.fixture
+def slow_linger(monkeypatch):
+    """Lingers that end only on ``release_idle``: what a test asserts about a lingering
+    session then does not depend on how fast the machine is."""
+    monkeypatch.setattr(catalog_module, "LINGER_SECONDS", 3600.0)
+    monkeypatch.setattr(catalog_module, "MAX_HOLD_SECONDS", 3600.0)
+    yield
+    catalog_module.release_idle()
+
+
+def test_one_duckdb_instance_per_process_and_blocks_in_a_row_attach_once(workspace, slow_linger):
     catalog = Catalog(workspace.create())
     with catalog.connect() as first:
         pass
@@ -169,7 +179,7 @@ def test_a_lingering_catalog_is_released_on_its_own(workspace):
     assert catalog.dataset("d")["unit"] == "document"  # attached again
 
 
-def test_a_replaced_catalog_is_attached_again_not_reused(workspace, tmp_path):
+def test_a_replaced_catalog_is_attached_again_not_reused(workspace, tmp_path, slow_linger):
     """A lingering attachment is reused only while the path is the same file."""
     catalog = Catalog(workspace.create())
     catalog.ensure_dataset("d", "document")
@@ -341,3 +351,60 @@ def test_a_restored_copy_is_read_with_its_wal(workspace, tmp_path):
     shutil.copytree(workspace.root, copy)
     assert Catalog(Workspace.resolve(copy)).dataset("d")["cap_epsilon"] == 10.0
     assert catalog.query("SELECT count(*) AS n FROM ledger")[0]["n"] == 5000
+
+
+def test_a_run_of_blocks_longer_than_the_hold_limit_releases_at_its_end(
+    workspace, slow_linger, monkeypatch
+):
+    catalog = Catalog(workspace.create())
+    catalog.ensure_dataset("d", "document")
+    session = catalog._session()
+    assert session.lingering
+    monkeypatch.setattr(catalog_module, "MAX_HOLD_SECONDS", 0.0)
+    catalog.ensure_dataset("e", "author")  # reuses the attachment, then lets it go
+    assert not session.lingering and session.fd is None
+    assert _lock_is_free(workspace)
+
+
+FORKED = """
+import os, sys
+from fdptm.storage import catalog as catalog_module
+from fdptm.storage.catalog import Catalog
+from fdptm.storage.workspace import Workspace
+
+catalog_module.LINGER_SECONDS = catalog_module.MAX_HOLD_SECONDS = 3600.0  # until the fork
+catalog = Catalog(Workspace.resolve(sys.argv[1]).create())
+catalog.ensure_dataset("a", "document")
+session = catalog._session()
+lingered = session.lingering
+pid = os.fork()  # lingering: released first
+if pid == 0:
+    sys.exit(0)
+os.waitpid(pid, 0)
+released = not session.lingering and session.fd is None
+with catalog.connect():
+    catalog.ensure_dataset("b", "document")
+    pid = os.fork()  # inside a block: the child's copy of the instance is never destroyed
+    if pid == 0:
+        sys.exit(0)  # a normal exit: interpreter shutdown would checkpoint a destroyed copy
+    os.waitpid(pid, 0)
+catalog.ensure_dataset("c", "document")
+print(lingered, released, flush=True)
+os._exit(0)  # no detach: the commits are in the WAL only
+"""
+
+
+def test_a_fork_leaves_the_parents_catalog_whole(workspace):
+    """A child forked while the file lingers or inside a block, exiting normally, neither
+    deletes the parent's WAL nor writes into its file: every commit of the parent is read
+    back by a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED, str(workspace.root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+    names = Catalog(Workspace.resolve(workspace.root)).query("SELECT name FROM datasets")
+    assert sorted(r["name"] for r in names) == ["a", "b", "c"]

@@ -31,6 +31,8 @@ def test_each_validation_sees_only_its_own_rows_under_a_reused_definition():
     third = failing_rows(pd.DataFrame({"word": ["x", "7"]}), _word_checks(), "ingest")
     assert third == {1: ["bad word"]}
     assert validation._batch_definition.cache_info().currsize == made  # none made again
+    engine = validation._batch_definition("ingest").data_asset.datasource.get_execution_engine()
+    assert not engine.batch_manager._batch_cache and not engine._metric_cache  # no rows kept
 
 
 def test_table_checks_report_the_failed_ones():

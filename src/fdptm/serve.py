@@ -518,14 +518,24 @@ def _refresh_prefect() -> None:
 
 
 def _logging_source(settings: Any) -> tuple:
-    """Prefect's settings and its logging file's size and modification time (the file
-    replaces Prefect's default configuration when it exists)."""
+    """What Prefect's logging configuration is made from in this process: its settings, its
+    ``PREFECT_LOGGING_*`` variables (Prefect reads them beside its settings), its logging
+    file's size and modification time (the file replaces Prefect's default when it exists),
+    and what its console handler decides colours by (a terminal on stderr, the colour
+    variables)."""
     try:
         info = Path(settings.logging.config_path).stat()
         stamp = (info.st_size, info.st_mtime_ns)
     except OSError:
         stamp = None
-    return settings, stamp
+    variables = tuple(
+        sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("PREFECT_"))
+    )
+    console = (os.isatty(2), *(os.environ.get(k) for k in _COLOUR_VARIABLES))
+    return settings, variables, stamp, console
+
+
+_COLOUR_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TERM", "COLORTERM")
 
 
 def _use_held_api(api) -> None:
