@@ -29,16 +29,20 @@ with the attachment (if the path is still the same file), and otherwise a thread
 process detaches the file and releases the lock (``_Lingerer``). A run of reused blocks
 keeps the file at most ``MAX_HOLD_SECONDS`` (0.5 s) from its attach: the first block to end
 after that releases the lock at once. A release's blocks mostly come a few ms apart, so this
-saves most of its attaches and checkpoints: a 100-document release attaches the file 4
-times, not 47. What it costs: another process waits for the lock at most about 0.5 s longer
-than the blocks themselves take; a process suspended as a whole (Ctrl-Z, SIGSTOP) within
-50 ms of a block holds the catalog until it resumes, as one suspended inside a block always
-did. Lingering ends at once on ``release_idle``: at a normal exit, before a fork, before
-``fdptm.faults`` stops the process, and before code that reads or replaces the file itself.
-A process that dies (SIGKILL, ``os._exit`` without its exit handlers) leaves its commits in
-the WAL, which the next attach replays, as a crash inside a block always did. While the file
-lingers its WAL holds the blocks' commits (DuckDB syncs the WAL at each commit); a new WAL
-is made private (0600) and its directory entry synced at the block's end.
+saves most of its attaches and checkpoints: a 100-document release attaches the file 5
+times, not 47. What it costs: another process usually waits for the lock at most about
+0.5 s longer than the blocks themselves take (``flock`` is not fair, and the thread needs
+the GIL: a computation that holds it, such as a numba kernel compiled without ``nogil``,
+right after a block delays the release until it ends); a process suspended as a whole
+(Ctrl-Z, SIGSTOP) within 50 ms of a block holds the catalog until it resumes, as one
+suspended inside a block always did. Lingering also ends on ``release_idle`` (waiting for
+a block another thread runs), which ``fdptm.faults`` calls before it stops the process and
+code that reads, copies or renames the file itself calls first; and, without waiting, before
+a fork and at a normal exit. A process that dies (SIGKILL, ``os._exit`` without its exit
+handlers) leaves its commits in the WAL, which the next attach replays, as a crash inside a
+block always did. While the file lingers its WAL holds the blocks' commits (DuckDB syncs the
+WAL at each commit); a writable session makes a new WAL private (0600) and syncs its
+directory entry before lingering, and detaches at once if it cannot.
 
 Faults. A damaged catalog (truncated, garbage, unreadable blocks), whether DuckDB notices
 at open, in the DDL or at a later query, is a ``CatalogDamagedError`` saying nothing was
@@ -58,6 +62,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -104,7 +109,7 @@ MAX_INSTANCES = 4
 LINGER_SECONDS = 0.05
 """How long the catalog file stays attached (and ``catalog.lock`` held) after an outermost
 block ends, for the next block of this process to reuse (``_Session.close``). A release
-runs about 47 blocks, most of them under 10 ms apart (2026-11-29, a 100-document release:
+runs 47 blocks, most of them under 10 ms apart (2026-11-29, a 100-document release:
 42 of its 46 gaps were under 10 ms, two were 17 and 44 ms, and two, around training, 0.1
 and 0.4 s); attaching and detaching each one was half its catalog time."""
 MAX_HOLD_SECONDS = 0.5
@@ -210,7 +215,12 @@ class _Session:
         still the workspace's catalog."""
         if self.lingering:
             self.lingering = False
-            if self._still_current():
+            try:
+                current = self._still_current()
+            except BaseException:
+                self.release(discard=True)
+                raise
+            if current:
                 return
             self.release()
         root = self.workspace.root
@@ -310,20 +320,17 @@ class _Session:
         deleted since the last block), so a lingering attachment may be reused."""
         try:
             info = os.stat(self.path)
+            moved = (self.workspace.root / MOVED_MARKER).exists()
         except OSError:
             return False
-        return (
-            self.db is not None
-            and self.attached == (info.st_dev, info.st_ino)
-            and not (self.workspace.root / MOVED_MARKER).exists()
-        )
+        return self.db is not None and self.attached == (info.st_dev, info.st_ino) and not moved
 
     def close(self, discard: bool = False) -> None:
         """End an outermost block: linger (keep the file attached and the lock held for
         ``LINGER_SECONDS``, for this process's next block), or release the lock at once:
         after an error (closing the instance), a run of blocks longer than
         ``MAX_HOLD_SECONDS``, or without a lock of ours."""
-        discard = discard or self.broken or self.in_transaction
+        discard = discard or self.broken
         self.in_transaction, self.rollback_only, self.broken = False, False, False
         try:
             if (
@@ -331,10 +338,10 @@ class _Session:
                 or self.db is None
                 or self.fd is None
                 or time.monotonic() - self.attached_at > MAX_HOLD_SECONDS
+                or not self._secure_wal()
             ):
                 self.release(discard)
                 return
-            self._secure_wal()
             self.lingering = True
             self.until = time.monotonic() + LINGER_SECONDS
             if not _lingerer.wake(self):
@@ -343,25 +350,33 @@ class _Session:
             self.release(discard=True)
             raise
 
-    def _secure_wal(self) -> None:
+    def _secure_wal(self) -> bool:
         """While the file lingers the blocks' commits are in its WAL (DuckDB syncs the file
         at each commit): make a new WAL private (DuckDB creates it with the umask's mode)
-        and sync its directory entry, so that a power loss keeps it."""
+        and sync its directory entry, so that a power loss keeps it. False if that failed:
+        the caller detaches now (the checkpoint empties the WAL) instead of lingering."""
         if not self.writable:
-            return
+            return True
         try:
-            inode = os.stat(self.wal).st_ino
+            info = os.stat(self.wal)
         except FileNotFoundError:
-            return  # nothing written since the last checkpoint
-        if inode == self.wal_synced:
-            return
-        os.chmod(self.wal, FILE_MODE)
-        directory = os.open(self.path.parent, os.O_RDONLY)
+            return True  # nothing written since the last checkpoint
+        except OSError:
+            return False
+        if info.st_ino == self.wal_synced and stat.S_IMODE(info.st_mode) == FILE_MODE:
+            return True
         try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-        self.wal_synced = inode
+            os.chmod(self.wal, FILE_MODE)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            _LOG.warning("could not secure the catalog's WAL (%s): detaching now", exc)
+            return False
+        self.wal_synced = info.st_ino
+        return True
 
     def release(self, discard: bool = False) -> None:
         """Detach the file (DuckDB checkpoints it), then release the lock.
@@ -383,8 +398,10 @@ class _Session:
                 self.drop_instance()
         finally:
             if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    os.close(fd)
 
     def drop_instance(self) -> None:
         """Close the DuckDB instance (the file is detached already, or was never attached).
@@ -430,8 +447,11 @@ class _Registry:
             if other.lock.acquire(blocking=False):
                 try:
                     if other.depth == 0:
-                        if other.lingering:
-                            other.release()
+                        try:
+                            if other.lingering:
+                                other.release()
+                        except Exception as exc:  # not this block's business
+                            _LOG.warning("could not release an idle catalog lock: %s", exc)
                         other.drop_instance()
                 finally:
                     other.lock.release()
@@ -504,30 +524,35 @@ def end_lingering(session: _Session, only_expired: bool = False, wait: float = 0
 
 
 def release_idle() -> None:
-    """Detach every lingering catalog of this process and release its lock now: before a
-    process stops itself (``fdptm.faults``), forks, exits normally, or reads a catalog
-    file directly. Other processes' lingers are theirs: a program that reads the file
-    directly takes ``catalog.lock`` first, as fdptm's own processes do."""
+    """Detach every lingering catalog of this process and release its lock now (waiting
+    for a block another thread runs): before a process stops itself (``fdptm.faults``) or
+    reads or copies a catalog file directly. Other processes' lingers are theirs: a
+    program that reads the file directly takes ``catalog.lock`` first, as fdptm's own
+    processes do."""
+    _end_all(wait=BUSY_TIMEOUT_SECONDS)
+
+
+def _end_all(wait: float) -> None:
+    """``end_lingering`` for every session; at a normal exit without waiting (a daemon
+    thread's block may never end; the kernel releases the lock at exit and the WAL keeps
+    the commits)."""
     with _registry.lock:
         sessions = list(_registry.sessions.values())
     for session in sessions:
-        end_lingering(session, wait=BUSY_TIMEOUT_SECONDS)
+        end_lingering(session, wait=wait)
 
 
 def _before_fork() -> None:
     """Nothing lingers across a fork (without waiting: a block running in another thread
     is the caller's own doing, as before lingering)."""
-    with _registry.lock:
-        sessions = list(_registry.sessions.values())
-    for session in sessions:
-        with suppress(Exception):
-            end_lingering(session)
+    with suppress(Exception):
+        _end_all(wait=0.0)
 
 
 _registry = _Registry()
 _lingerer = _Lingerer()
 _LOG = logging.getLogger(__name__)
-atexit.register(release_idle)
+atexit.register(lambda: _end_all(wait=0.0))
 
 
 def _after_fork_in_child() -> None:
@@ -535,9 +560,11 @@ def _after_fork_in_child() -> None:
 
     DuckDB instances do not survive a fork (their threads are gone). The child closes its
     copies of lock files held mid-block (without unlocking, which would release the
-    parent's lock) and makes its copies of the instances immortal (one more reference,
-    never dropped): destroying one, at the child's exit, would checkpoint a stale copy of
-    the database into the parent's file and delete the parent's WAL.
+    parent's lock), makes its copies of the instances immortal (one more reference, never
+    dropped) and forgets both in the sessions it copied: detaching or destroying a copy,
+    when the block the fork happened in ends in the child or at the child's exit, would
+    checkpoint a stale copy of the database into the parent's file and delete the
+    parent's WAL.
     """
     global _registry, _lingerer
     for session in _registry.sessions.values():
@@ -546,6 +573,9 @@ def _after_fork_in_child() -> None:
                 os.close(session.fd)
         if session.db is not None:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(session.db))
+        # a block the fork happened in ends in the child with nothing to detach or unlock
+        session.fd = session.db = session.attached = None
+        session.lingering = False
     _registry = _Registry()
     _lingerer = _Lingerer()  # the parent's thread is not here, and its lock may be held
 

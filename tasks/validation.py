@@ -57,12 +57,15 @@ def _batch_definition(name: str):
 
 
 def _forget(definition) -> None:
-    """Drop what GX keeps of a validation (the batch's rows, the metrics computed from
-    them) in the data source's execution engine: the rows are private text, and the
-    next validation under this name must not find them."""
+    """Drop what GX keeps of a validation in the data source's execution engine: the
+    batch with its DataFrame (a new batch manager) and the metrics computed from the rows
+    (an empty cache of the same kind). The rows are private text, and the next validation
+    under this name must not find them."""
+    from great_expectations.core.batch_manager import BatchManager
+
     engine = definition.data_asset.datasource.get_execution_engine()
-    engine.batch_manager.reset_batch_cache()
-    engine._metric_cache.clear()  # GX 1.x keeps no public way to clear it
+    engine._batch_manager = BatchManager(execution_engine=engine)  # GX 1.x: no public reset
+    engine._metric_cache = type(engine._metric_cache)()
 
 
 def prepare(names: tuple[str, ...] = SUITES) -> None:

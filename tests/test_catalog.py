@@ -155,24 +155,33 @@ def test_one_duckdb_instance_per_process_and_blocks_in_a_row_attach_once(workspa
     with catalog.connect() as first:
         pass
     session = catalog._session()
-    attached = session.attached
+    attached, since = session.attached, session.attached_at
     assert session.lingering and attached is not None
     with Catalog(Workspace.resolve(workspace.root)).connect() as second:
-        assert not session.lingering  # reused, not attached again
-    assert first is second and session.attached == attached
+        pass
+    assert first is second and session.lingering
+    assert session.attached == attached and session.attached_at == since  # not attached again
     catalog.release_idle()
     assert not session.lingering and session.attached is None and session.fd is None
     assert _lock_is_free(workspace)
 
 
-def test_a_lingering_catalog_is_released_on_its_own(workspace):
-    """No call ends the linger here: the process's thread detaches the file and releases
-    the lock (polled for up to 60 s: the bound is the linger, not this wait)."""
+def test_a_lingering_catalog_is_released_on_its_own(workspace, slow_linger):
+    """No call ends the linger here: once its time is up, the process's thread detaches
+    the file and releases the lock (polled for up to 60 s under the session's lock: the
+    bound is the thread's, not this wait)."""
     catalog = Catalog(workspace.create())
     catalog.ensure_dataset("d", "document")
     session = catalog._session()
+    assert session.lingering and session.fd is not None
+    with session.lock:
+        session.until = time.monotonic()  # its time is up
+    catalog_module._lingerer.wake(session)
     deadline = time.monotonic() + 60
-    while session.fd is not None and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        with session.lock:
+            if session.fd is None:
+                break
         time.sleep(0.01)
     assert session.fd is None and not session.lingering
     assert _lock_is_free(workspace)
@@ -384,10 +393,13 @@ os.waitpid(pid, 0)
 released = not session.lingering and session.fd is None
 with catalog.connect():
     catalog.ensure_dataset("b", "document")
-    pid = os.fork()  # inside a block: the child's copy of the instance is never destroyed
+    pid = os.fork()  # inside a block: the child's copy of the instance is never used
     if pid == 0:
-        sys.exit(0)  # a normal exit: interpreter shutdown would checkpoint a destroyed copy
-    os.waitpid(pid, 0)
+        catalog_module.MAX_HOLD_SECONDS = 0.0  # the block's end would detach at once
+    else:
+        os.waitpid(pid, 0)
+if pid == 0:
+    sys.exit(0)  # a normal exit, after the block ended in the child too
 catalog.ensure_dataset("c", "document")
 print(lingered, released, flush=True)
 os._exit(0)  # no detach: the commits are in the WAL only
@@ -395,9 +407,9 @@ os._exit(0)  # no detach: the commits are in the WAL only
 
 
 def test_a_fork_leaves_the_parents_catalog_whole(workspace):
-    """A child forked while the file lingers or inside a block, exiting normally, neither
-    deletes the parent's WAL nor writes into its file: every commit of the parent is read
-    back by a fresh process."""
+    """A child forked while the file lingers, or inside a block that then ends in the child
+    too, exiting normally, neither deletes the parent's WAL nor writes into its file: every
+    commit of the parent, the last one only in the WAL, is read back by a fresh process."""
     done = subprocess.run(
         [sys.executable, "-c", FORKED, str(workspace.root)],
         capture_output=True,

@@ -503,6 +503,10 @@ from fdptm.cli import _quiet_prefect
 def level():
     return logging.getLogger("prefect").level
 
+
+def console():
+    return logging._handlers["console"].level  # Prefect's console handler, by its name
+
 _quiet_prefect()
 serve._refresh_prefect()  # as the server at its start
 levels = [level()]
@@ -518,13 +522,17 @@ assert own != text
 pathlib.Path(sys.argv[1], "logging.yml").write_text(own)  # a logging file written since
 serve._refresh_prefect()
 levels.append(level())
+os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "ERROR"  # not a settings field
+serve._refresh_prefect()
+levels.append(console())
 print(json.dumps(levels))
 """
 
 
 def test_a_served_commands_prefect_logging_follows_its_settings_and_logging_file(tmp_path):
-    """A command whose Prefect settings or logging file differ from those the server
-    configured its logging from gets its own configuration, as a fresh process would."""
+    """A command whose Prefect settings, ``PREFECT_LOGGING_*`` variables or logging file
+    differ from those the server configured its logging from gets its own configuration,
+    as a fresh process would."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     done = subprocess.run(
         [sys.executable, "-c", LOGGING_FOLLOWS, str(tmp_path)],
@@ -535,4 +543,10 @@ def test_a_served_commands_prefect_logging_follows_its_settings_and_logging_file
     )
     assert done.returncode == 0, done.stderr
     levels = json.loads(done.stdout)
-    assert levels == [logging.CRITICAL, logging.DEBUG, logging.CRITICAL, logging.WARNING]
+    assert levels == [
+        logging.CRITICAL,
+        logging.DEBUG,
+        logging.CRITICAL,
+        logging.WARNING,
+        logging.ERROR,
+    ]

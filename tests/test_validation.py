@@ -32,7 +32,9 @@ def test_each_validation_sees_only_its_own_rows_under_a_reused_definition():
     assert third == {1: ["bad word"]}
     assert validation._batch_definition.cache_info().currsize == made  # none made again
     engine = validation._batch_definition("ingest").data_asset.datasource.get_execution_engine()
-    assert not engine.batch_manager._batch_cache and not engine._metric_cache  # no rows kept
+    batches = engine.batch_manager
+    assert not batches._batch_cache and not batches._batch_data_cache  # no rows kept
+    assert batches._active_batch_data_id is None and not engine._metric_cache
 
 
 def test_table_checks_report_the_failed_ones():

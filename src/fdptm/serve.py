@@ -497,10 +497,11 @@ _LOGGING_FROM: list[tuple] = []
 def _refresh_prefect() -> None:
     """Prefect's settings and logging as a fresh process in this environment has them.
 
-    The logging configuration is made again only when what Prefect makes it from (its
-    settings and its logging file) differs from what the server made it from at its
-    start: a command in the server's own environment inherits it with the fork (about
-    0.1 s of a command's CPU, 2026-11-29)."""
+    The logging configuration is made again only when what it is made from
+    (``_logging_source``: Prefect's settings and ``PREFECT_*`` variables, its logging file,
+    stderr's being a terminal, the colour variables) differs from what the server made it
+    from at its start: a command in the server's own environment inherits it with the fork
+    (about 0.1 s of a command's CPU, 2026-11-29)."""
     from prefect.context import refresh_global_settings_context
     from prefect.logging import configuration
     from prefect.settings import get_current_settings
