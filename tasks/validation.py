@@ -2,9 +2,10 @@
 
 One ephemeral GX context per process (nothing written to disk, analytics off), and in it one
 pandas data source and batch definition per suite name, made on first use and then reused
-with each new DataFrame: making them is most of a small validation's cost (GX re-serialises
-its project configuration on every data source or asset it adds), and ``fdptm serve`` makes
-them once for every command it forks (``prepare``). ``failing_rows`` runs a suite on a
+with each new DataFrame: making them was about half of a release's two validations (GX
+re-serialises its project configuration for every data source it adds; py-spy of a served
+release, 2026-11-29), and ``fdptm serve`` makes them once for every command it forks
+(``prepare``). ``failing_rows`` runs a suite on a
 DataFrame and maps every unexpected row index to the reasons it failed, so ingest can report
 each bad row with why; ``failed_checks`` lists the failed table-level expectations, for
 release validation.
