@@ -30,15 +30,15 @@ process detaches the file and releases the lock (``_Lingerer``). A run of reused
 keeps the file at most ``MAX_HOLD_SECONDS`` (0.5 s) from its attach: the first block to end
 after that releases the lock at once. A release's blocks mostly come a few ms apart, so this
 saves most of its attaches and checkpoints: a 100-document release attaches the file 5
-times, not 47. What it costs: another process usually waits for the lock at most about
-0.5 s longer than the blocks themselves take (``flock`` is not fair, and the thread needs
-the GIL: a computation that holds it, such as a numba kernel compiled without ``nogil``,
-right after a block delays the release until it ends); a process suspended as a whole
-(Ctrl-Z, SIGSTOP) within 50 ms of a block holds the catalog until it resumes, as one
-suspended inside a block always did. Lingering also ends on ``release_idle`` (waiting for
-a block another thread runs), which ``fdptm.faults`` calls before it stops the process and
-code that reads, copies or renames the file itself calls first; and, without waiting, before
-a fork and at a normal exit. A process that dies (SIGKILL, ``os._exit`` without its exit
+times, not 47. What it costs: another process usually waits for the lock at most about 0.5 s
+longer than the blocks themselves take (``flock`` is not fair, and the thread needs the GIL:
+a computation that holds it, such as a numba kernel compiled without ``nogil``, right after
+a block delays the release until it ends); a process suspended as a whole (Ctrl-Z, SIGSTOP)
+within 50 ms of a block holds the catalog until it resumes, as one suspended inside a block
+always did. Lingering also ends on ``release_idle`` (waiting for a block another thread
+runs), which runs at a normal exit, which ``fdptm.faults`` calls before it stops the process
+and which code that reads, copies or renames the file itself calls first; and, without
+waiting, before a fork. A process that dies (SIGKILL, ``os._exit`` without its exit
 handlers) leaves its commits in the WAL, which the next attach replays, as a crash inside a
 block always did. While the file lingers its WAL holds the blocks' commits (DuckDB syncs the
 WAL at each commit); a writable session makes a new WAL private (0600) and syncs its
@@ -524,18 +524,18 @@ def end_lingering(session: _Session, only_expired: bool = False, wait: float = 0
 
 
 def release_idle() -> None:
-    """Detach every lingering catalog of this process and release its lock now (waiting
-    for a block another thread runs): before a process stops itself (``fdptm.faults``) or
-    reads or copies a catalog file directly. Other processes' lingers are theirs: a
-    program that reads the file directly takes ``catalog.lock`` first, as fdptm's own
-    processes do."""
+    """Detach every lingering catalog of this process and release its lock now, waiting
+    (up to ``BUSY_TIMEOUT_SECONDS`` a session) for a block or a detach another thread
+    runs: at a normal exit (an exit while the lingerer thread is inside DuckDB's detach
+    aborts the process: "terminate called without an active exception", seen in a test),
+    before a process stops itself (``fdptm.faults``) and before code reads or copies a
+    catalog file directly. Other processes' lingers are theirs: a program that reads the
+    file directly takes ``catalog.lock`` first, as fdptm's own processes do."""
     _end_all(wait=BUSY_TIMEOUT_SECONDS)
 
 
 def _end_all(wait: float) -> None:
-    """``end_lingering`` for every session; at a normal exit without waiting (a daemon
-    thread's block may never end; the kernel releases the lock at exit and the WAL keeps
-    the commits)."""
+    """``end_lingering`` for every session, waiting up to ``wait`` seconds for each."""
     with _registry.lock:
         sessions = list(_registry.sessions.values())
     for session in sessions:
@@ -552,7 +552,7 @@ def _before_fork() -> None:
 _registry = _Registry()
 _lingerer = _Lingerer()
 _LOG = logging.getLogger(__name__)
-atexit.register(lambda: _end_all(wait=0.0))
+atexit.register(release_idle)
 
 
 def _after_fork_in_child() -> None:
