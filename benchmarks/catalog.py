@@ -51,6 +51,15 @@ ROUNDS = 15
 CALLS = 20
 FRESH = 5
 PARALLEL_CALLS = 100
+HISTORY = 200
+"""Past runs in the 'used' workspaces: 1,200 stage rows and 1,200 artifact rows."""
+ARTIFACT = (
+    "INSERT INTO artifacts (name, run_id, stage, path, sha256, visibility, n_rows, created_at)"
+    " VALUES (?, ?, 'train', ?, ?, 'internal', 1, ?)"
+)
+_STAGES = (
+    "(VALUES ('preprocess'), ('bound'), ('vocabulary'), ('sanitize'), ('train'), ('publish')) v(s)"
+)
 READ = "SELECT * FROM datasets WHERE name = ?"
 WRITE = (
     "INSERT OR REPLACE INTO stage_runs (run_id, stage, status, started_at)"
@@ -87,18 +96,49 @@ def legacy_format() -> Iterator[None]:
         catalog_module.STORAGE_VERSION = current
 
 
-def _setup(root: Path) -> Workspace:
-    """A workspace with a few datasets and ledger-sized tables, like a used one."""
+@contextmanager
+def string_compression() -> Iterator[None]:
+    """Catalog instances as before 2026-11-29 (night): DuckDB's FSST and dictionary
+    compression of strings on. An instance keeps the setting it was made with, so a
+    workspace first used inside this block keeps it for the whole benchmark."""
+    current = catalog_module.DISABLED_COMPRESSION
+    catalog_module.DISABLED_COMPRESSION = ""
+    try:
+        yield
+    finally:
+        catalog_module.DISABLED_COMPRESSION = current
+
+
+def _setup(root: Path, history: int = 0) -> Workspace:
+    """A workspace with a few datasets and ledger-sized tables, like a used one; with
+    ``history``, also that many past runs' six stage rows and six artifact rows (a release
+    writes six and about ten)."""
     workspace = Workspace.resolve(root).create()
     catalog = Catalog(workspace)
     with catalog.transaction() as con:
         for i in range(20):
             catalog.ensure_dataset(f"d{i}", "author")
             con.execute(WRITE, [f"run-{i}", "train", now()])
+        con.execute(
+            "INSERT INTO stage_runs SELECT md5(r::VARCHAR), s, 'succeeded', ?, ?, NULL FROM"
+            f" range(?) t(r), {_STAGES}",
+            [now(), now(), history],
+        )
+        con.execute(
+            "INSERT INTO artifacts (name, run_id, stage, path, sha256, visibility, n_rows,"
+            " created_at) SELECT 'internal/runs/' || md5(r::VARCHAR) || '/' || s || '.parquet',"
+            " md5(r::VARCHAR), s, '/srv/fdptm/internal/runs/' || md5(r::VARCHAR) || '/' || s"
+            " || '.parquet', sha256(r::VARCHAR || s), 'internal', r, ? FROM range(?) t(r),"
+            f" {_STAGES}",
+            [now(), history],
+        )
+    catalog.release_idle()
     return workspace
 
 
-def _variants(workspace: Workspace, legacy: Workspace) -> dict[str, dict[str, Callable[[], None]]]:
+def _variants(
+    workspace: Workspace, legacy: Workspace, used: Workspace, compressed: Workspace
+) -> dict[str, dict[str, Callable[[], None]]]:
     catalog = Catalog(workspace)
     legacy_catalog = Catalog(legacy)
     floor = duckdb.connect(":memory:")
@@ -138,6 +178,20 @@ def _variants(workspace: Workspace, legacy: Workspace) -> dict[str, dict[str, Ca
 
         return call
 
+    def per_call(where: Workspace) -> Callable[[str, Callable[[], list]], Callable[[], None]]:
+        other = Catalog(where)
+
+        def variant(sql: str, params: Callable[[], list]) -> Callable[[], None]:
+            run = other.query if sql == READ else other.execute
+
+            def call() -> None:
+                run(sql, params())
+                other.release_idle()
+
+            return call
+
+        return variant
+
     def held(sql: str, params: Callable[[], list]) -> Callable[[], None]:
         def calls() -> None:
             with catalog.transaction():
@@ -151,17 +205,30 @@ def _variants(workspace: Workspace, legacy: Workspace) -> dict[str, dict[str, Ca
 
     read_params = lambda: ["d7"]  # noqa: E731
     write_params = lambda: ["bench", "train", now()]  # noqa: E731
-    return {
-        op: {
+    made = iter(range(10**9))
+
+    def artifact_params() -> list:
+        run = f"bench-{next(made)}"
+        path = f"internal/runs/{run}/train.parquet"
+        return [path, run, f"/srv/fdptm/{path}", f"{hash(run) & (2**64 - 1):064x}", now()]
+
+    variants = {}
+    for op, sql, params in (("read", READ, read_params), ("write", WRITE, write_params)):
+        used_args = (sql, params) if op == "read" else (ARTIFACT, artifact_params)
+        note = "" if op == "read" else ": an artifact"
+        variants[op] = {
             "before: open + DDL + close per call": old(sql, params),
             "after: attach + detach per call": new(sql, params),
             "after: calls back to back, the file lingering between them": lingering(sql, params),
             "after, the file in DuckDB 1.0's format": in_legacy_format(sql, params),
+            f"after, {HISTORY} past runs' rows{note}": per_call(used)(*used_args),
+            f"after, {HISTORY} past runs' rows{note}, strings compressed (FSST, dictionary)": (
+                per_call(compressed)(*used_args)
+            ),
             f"after: {CALLS} calls inside one held block": held(sql, params),
             "floor: an open in-memory connection, no lock": raw(sql, params),
         }
-        for op, sql, params in (("read", READ, read_params), ("write", WRITE, write_params))
-    }
+    return variants
 
 
 def _per_call(op_variants: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
@@ -278,7 +345,10 @@ def main() -> None:
         workspace = _setup(Path(tmp) / "ws")
         with legacy_format():
             legacy = _setup(Path(tmp) / "ws-1.0")
-        variants = _variants(workspace, legacy)
+        used = _setup(Path(tmp) / "ws-used", HISTORY)
+        with string_compression():
+            compressed = _setup(Path(tmp) / "ws-compressed", HISTORY)
+        variants = _variants(workspace, legacy, used, compressed)
         per_call = {op: _per_call(v) for op, v in variants.items()}
         catalog_module.release_idle()  # this process holds neither file while others time
         first = _first_calls(workspace.root, legacy.root)
@@ -328,6 +398,15 @@ def main() -> None:
         "release handed to `fdptm serve`, with this and two smaller changes to `fdptm "
         "serve`, took 0.71x and 0.81x the time of the code before in two runs "
         "(`benchmarks/small_release.md`).",
+        "",
+        "Since 2026-11-29 (night) the catalog's DuckDB instances store strings without "
+        "FSST and dictionary compression (`DISABLED_COMPRESSION` in `storage/catalog.py`): "
+        "the 'strings compressed' rows are the calls as before, on a workspace whose "
+        "instance has both on, beside the same calls on a workspace with the same rows and "
+        f"the setting of today ('{HISTORY} past runs'; their write registers an artifact, "
+        "a release's most frequent write, with a path and a hash). A checkpoint rewrites a "
+        "changed table's row group and analyses its string columns for both methods; each "
+        "of these calls pays one checkpoint.",
     ]
     record = {"machine": started, "per_call": per_call, "first": first, "parallel": parallel}
     title = "Catalog benchmark: cost of one catalog call"

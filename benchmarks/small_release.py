@@ -20,7 +20,10 @@ on all of them alike: ``ephemeral`` (no ``PREFECT_API_URL``: the process starts 
 Prefect's temporary API server itself), ``server`` (``PREFECT_API_URL`` of a ``prefect
 server start`` begun once before the rounds) and ``served`` (``fdptm serve --detach`` begun
 once before the rounds, with the ``ephemeral`` arm's environment: the command is handed to
-it and runs in a fork of its warm process). With ``--baseline-python`` every arm also runs
+it and runs in a fork of its warm process). ``--history N`` first makes the workspace a used
+one: N releases of the same command (handed to a ``fdptm serve`` of this checkout) before
+it is copied for the arms, so its catalog holds N releases' rows, as a dataset with a
+schedule's past does. With ``--baseline-python`` every arm also runs
 another checkout's interpreter (an install of the code before the change, with its own
 ``fdptm serve``) on a copy of the same workspace, and the table gives each arm's ratio to
 it. ``--kinds served`` times only the served arms (both servers are started either way).
@@ -99,11 +102,30 @@ def _server(python: str, home: Path, port: int) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("prefect server did not start in 120 s")
 
 
+def _history(base: Path, tmp: Path, n: int) -> None:
+    """``n`` releases in ``base``, handed to a ``fdptm serve`` of this checkout."""
+    sockets = tmp / "sockets-history"
+    sockets.mkdir(mode=0o700)
+    env = clean_env(base, tmp / "home-history") | {
+        "FDPTM_SERVE": "on",
+        "FDPTM_SERVE_DIR": str(sockets),
+    }
+    fdptm("serve", "--detach", env=env)
+    try:
+        for _ in range(n):
+            fdptm(*RELEASE, env=env)
+    finally:
+        fdptm("serve", "--stop", env=env, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline-python", help="another checkout's interpreter to compare")
     parser.add_argument("--out", help="output stem (default benchmarks/small_release)")
+    parser.add_argument(
+        "--history", type=int, default=0, help="releases made in the workspace before timing"
+    )
     parser.add_argument(
         "--kinds",
         nargs="+",
@@ -121,6 +143,8 @@ def main() -> None:
         corpus = first_tweets(tmp / "small.jsonl")
         base = tmp / "base"
         fdptm("ingest", str(corpus), "--dataset", "small", env=clean_env(base, tmp / "home-ingest"))
+        if args.history:
+            _history(base, tmp, args.history)
         servers, arms, stops = [], {}, []
         try:
             for i, (name, python) in enumerate(pythons.items()):
@@ -147,7 +171,7 @@ def main() -> None:
                 proc.wait(timeout=30)
             for python, env in stops:
                 fdptm("serve", "--stop", env=env, python=python, check=False)
-    report = {"machine": started, "rounds": args.rounds, "walls": walls}
+    report = {"machine": started, "rounds": args.rounds, "history": args.history, "walls": walls}
     print(save("small_release", TITLE, render(report), report, args.out).read_text())
 
 
@@ -158,7 +182,12 @@ def render(r: dict) -> str:
         "Targets (issue 30): at most 5 s cold (`ephemeral`: a fresh process and Prefect's "
         "temporary API), at most 1.5 s handed to a running release process (`served`: "
         "`fdptm serve --detach` started once before the rounds, holding its own temporary "
-        "API); `server` is a fresh process with a running Prefect server.",
+        "API); `server` is a fresh process with a running Prefect server."
+        + (
+            f" The workspace held {r['history']} earlier releases of the same command."
+            if r.get("history")
+            else ""
+        ),
         "",
         "| arm | median wall (s) | min (s) | max (s) | ratio to baseline (medians) |",
         "|---|---|---|---|---|",

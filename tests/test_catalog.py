@@ -79,6 +79,32 @@ def test_the_catalog_is_written_in_duckdb_1_2s_storage_format(workspace):
     assert _storage_version(workspace.catalog_path) == "v1.2.0+"
 
 
+def test_the_catalogs_strings_are_stored_without_fsst_or_dictionary(workspace):
+    """Those two analyses were most of a checkpoint's cost (``DISABLED_COMPRESSION``): the
+    strings a release writes, paths and hashes with long shared prefixes, are stored
+    without them. With DuckDB's defaults these rows get both."""
+    catalog = Catalog(workspace.create())
+    for i in range(300):
+        catalog.register_artifact(
+            f"datasets/d/batch-{i:04d}.parquet",
+            f"run-{i % 7}",
+            "ingest",
+            f"{workspace.root}/internal/datasets/d/batch-{i:04d}.parquet",
+            f"{i:064x}",
+            "internal",
+        )
+    catalog.release_idle()
+    with duckdb.connect(str(workspace.catalog_path), read_only=True) as con:
+        used = {
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT compression FROM pragma_storage_info('artifacts')"
+                " WHERE segment_type = 'VARCHAR'"
+            ).fetchall()
+        }
+    assert used and not used & {"FSST", "Dictionary", "DICT_FSST"}, used
+
+
 def test_a_catalog_in_duckdb_1_0s_format_is_converted_with_its_rows(workspace):
     """A catalog written before (DuckDB's default format, 1.0) is read as it is, and keeps
     every row and its ledger through the conversion at the first block that writes to it."""
