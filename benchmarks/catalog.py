@@ -25,6 +25,8 @@ catalog's before that day (``legacy_format`` below).
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import itertools
 import statistics
 import subprocess
 import sys
@@ -100,7 +102,9 @@ def legacy_format() -> Iterator[None]:
 def string_compression() -> Iterator[None]:
     """Catalog instances as before 2026-11-29 (night): DuckDB's FSST and dictionary
     compression of strings on. An instance keeps the setting it was made with, so a
-    workspace first used inside this block keeps it for the whole benchmark."""
+    workspace first used inside this block keeps it for the whole benchmark, as long as its
+    instance is not closed: the benchmark uses ``MAX_INSTANCES`` workspaces (a fifth would
+    close the least recently used instance, and a new one would have today's setting)."""
     current = catalog_module.DISABLED_COMPRESSION
     catalog_module.DISABLED_COMPRESSION = ""
     try:
@@ -205,12 +209,12 @@ def _variants(
 
     read_params = lambda: ["d7"]  # noqa: E731
     write_params = lambda: ["bench", "train", now()]  # noqa: E731
-    made = iter(range(10**9))
+    made = itertools.count()
 
     def artifact_params() -> list:
         run = f"bench-{next(made)}"
         path = f"internal/runs/{run}/train.parquet"
-        return [path, run, f"/srv/fdptm/{path}", f"{hash(run) & (2**64 - 1):064x}", now()]
+        return [path, run, f"/srv/fdptm/{path}", hashlib.sha256(run.encode()).hexdigest(), now()]
 
     variants = {}
     for op, sql, params in (("read", READ, read_params), ("write", WRITE, write_params)):
@@ -350,6 +354,11 @@ def main() -> None:
             compressed = _setup(Path(tmp) / "ws-compressed", HISTORY)
         variants = _variants(workspace, legacy, used, compressed)
         per_call = {op: _per_call(v) for op, v in variants.items()}
+        (kept,) = Catalog(compressed).query(
+            "SELECT current_setting('disabled_compression_methods') AS methods"
+        )
+        if kept["methods"]:  # its instance was made anew: the arm measured today's setting
+            raise RuntimeError("the 'strings compressed' workspace lost its instance")
         catalog_module.release_idle()  # this process holds neither file while others time
         first = _first_calls(workspace.root, legacy.root)
         parallel = _parallel(workspace.root, legacy.root)

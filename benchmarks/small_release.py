@@ -102,7 +102,7 @@ def _server(python: str, home: Path, port: int) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("prefect server did not start in 120 s")
 
 
-def _history(base: Path, tmp: Path, n: int) -> None:
+def history(base: Path, tmp: Path, n: int) -> None:
     """``n`` releases in ``base``, handed to a ``fdptm serve`` of this checkout."""
     sockets = tmp / "sockets-history"
     sockets.mkdir(mode=0o700)
@@ -144,7 +144,7 @@ def main() -> None:
         base = tmp / "base"
         fdptm("ingest", str(corpus), "--dataset", "small", env=clean_env(base, tmp / "home-ingest"))
         if args.history:
-            _history(base, tmp, args.history)
+            history(base, tmp, args.history)
         servers, arms, stops = [], {}, []
         try:
             for i, (name, python) in enumerate(pythons.items()):

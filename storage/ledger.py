@@ -283,6 +283,16 @@ def _new_notions(stages, accounting: dict[str, dict]) -> list[tuple[str, float]]
     return [(s.notion, accounting.get(s.stage, {}).get("gamma", 0.0)) for s in stages]
 
 
+def charges(stages, accounting: dict[str, dict]) -> list[tuple]:
+    """What a cap check counts of a plan's stages: each one's (epsilon, delta, adjacency,
+    notion, gamma). Two plans with the same charges pass or fail alike a check of the same
+    dataset and scope on the same catalog (``Ledger.check``)."""
+    return [
+        (s.epsilon, s.delta, s.adjacency, notion, gamma)
+        for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True)
+    ]
+
+
 class Ledger:
     """Budget bookkeeping on top of the catalog's ``ledger`` and ``datasets`` tables."""
 
@@ -528,10 +538,7 @@ class Ledger:
         )
         names = [c[0] for c in cursor.description]
         active = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
-        new = [
-            (s.epsilon, s.delta, s.adjacency, notion, gamma, scope)
-            for s, (notion, gamma) in zip(stages, _new_notions(stages, accounting), strict=True)
-        ]
+        new = [(*charge, scope) for charge in charges(stages, accounting)]
         _check_cap(cap, active, new, row[3] == Adjacency.DOCUMENT.value, scope, row[5])
 
     def _insert(self, con, dataset, run_id, stages, accounting, ids, scope) -> None:

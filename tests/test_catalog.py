@@ -6,6 +6,7 @@ before (a nested ``connect()`` in the same thread) run in a child process with a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -79,21 +80,33 @@ def test_the_catalog_is_written_in_duckdb_1_2s_storage_format(workspace):
     assert _storage_version(workspace.catalog_path) == "v1.2.0+"
 
 
-def test_the_catalogs_strings_are_stored_without_fsst_or_dictionary(workspace):
-    """Those two analyses were most of a checkpoint's cost (``DISABLED_COMPRESSION``): the
-    strings a release writes, paths and hashes with long shared prefixes, are stored
-    without them. With DuckDB's defaults these rows get both."""
+@pytest.mark.parametrize("newer", [False, True], ids=["1.2 format", "1.4 format"])
+def test_the_catalogs_strings_are_stored_without_string_compression(workspace, newer):
+    """Those analyses were most of a checkpoint's cost (``DISABLED_COMPRESSION``): the
+    strings a release writes, paths with long shared prefixes and hashes, are stored
+    without FSST or dictionary compression, also in a catalog a later fdptm left in a
+    newer format (whose strings DuckDB would store as DICT_FSST). With DuckDB's defaults
+    these rows get Dictionary and FSST (1.2 format) or DICT_FSST (1.4 format)."""
     catalog = Catalog(workspace.create())
-    for i in range(300):
-        catalog.register_artifact(
-            f"datasets/d/batch-{i:04d}.parquet",
-            f"run-{i % 7}",
-            "ingest",
-            f"{workspace.root}/internal/datasets/d/batch-{i:04d}.parquet",
-            f"{i:064x}",
-            "internal",
-        )
+    catalog.ensure_dataset("d", "document")
     catalog.release_idle()
+    if newer:  # as in test_a_catalog_in_a_newer_format_is_used_in_its_own
+        con = duckdb.connect(":memory:")
+        con.execute(f"ATTACH '{workspace.catalog_path}' AS c (STORAGE_VERSION 'v1.4.0')")
+        con.execute("CREATE TABLE c.newer (a INTEGER)")
+        con.close()
+    with catalog.transaction() as con:
+        for i in range(300):
+            catalog.register_artifact(
+                f"datasets/d/batch-{i:04d}.parquet",
+                f"run-{i % 7}",
+                "ingest",
+                f"{workspace.root}/internal/datasets/d/batch-{i:04d}.parquet",
+                hashlib.sha256(str(i).encode()).hexdigest(),
+                "internal",
+                con=con,
+            )
+    assert _storage_version(workspace.catalog_path) == ("v1.4.0+" if newer else "v1.2.0+")
     with duckdb.connect(str(workspace.catalog_path), read_only=True) as con:
         used = {
             r[0]

@@ -283,3 +283,61 @@ def test_a_random_dp_spend_against_a_cap_at_another_unit_is_refused_not_a_crash(
     plan = plan_budget(2.0, 1e-5, specs, authors_are_documents=True)
     with pytest.raises(BudgetRefusedError, match="State the cap at the dataset's own unit"):
         ledger.reserve("d", "run1", plan, {"train": {"gamma": 0.1}})
+
+
+def _request(workspace: Workspace, **options):
+    from fdptm.request import ReleaseRequest
+
+    return ReleaseRequest(
+        dataset="d", epsilon=3, delta=1e-6, topics=5, workspace=str(workspace.root), **options
+    )
+
+
+def _counted_checks(monkeypatch) -> list[int]:
+    """The number of cap checks ``Ledger.check`` makes from now on (each one runs)."""
+    calls: list[int] = []
+    check = Ledger.check
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return check(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "check", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"vocabulary": "wordfreq:en:5000", "m1": "none"}, {"mechanism": "topicdp"}],
+    ids=["dp-vi", "dp-vi, public vocabulary", "topicdp (random-DP)"],
+)
+def test_preflight_checks_the_cap_once(workspace, monkeypatch, options):
+    """Each check reads the dataset's whole hash chain (``benchmarks/preflight.md``): a plan
+    without a random-DP stage is checked before calibration, and again after it only if
+    calibration changed the charges, which it does not; a random-DP plan only after it."""
+    from fdptm.storage.ledger import charges
+    from fdptm.tasks import run
+
+    _dataset(workspace)
+    request = _request(workspace, **options)
+    _, spec, _, unit = run._checked(request)
+    calibration = run.calibrate(spec, unit)
+    before = charges(run.budget_plan(spec, unit).stages, {})
+    after = charges(calibration.plan.stages, calibration.accounting())
+    assert (before == after) == ("mechanism" not in options)
+    calls = _counted_checks(monkeypatch)
+    run.preflight(request)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("options", [{}, {"mechanism": "topicdp"}], ids=["dp-vi", "topicdp"])
+def test_preflight_refuses_a_release_the_cap_cannot_cover(workspace, options):
+    """Before calibration for dp-vi, after it for a random-DP mechanism: either way before
+    Prefect starts, with nothing reserved."""
+    from fdptm.tasks import run
+
+    ledger = _dataset(workspace)
+    ledger.set_cap("d", 2.0, 1e-4)
+    with pytest.raises(BudgetRefusedError, match=r"remaining"):
+        run.preflight(_request(workspace, **options))
+    assert ledger.entries("d") == []
