@@ -16,9 +16,12 @@ It decides, binds and serves, in that order:
    CLI reads), then runs Prefect's server app on that very socket with uvicorn, as
    Prefect's ``SubprocessASGIServer`` does (``create_app`` as a factory, lifespan on,
    errors-only logs; the CLI sets Prefect's ``PREFECT__SERVER_EPHEMERAL`` and UI-off
-   variables in its environment). No port is probed and released first, so no other
-   process can take it in between, and a server that fails to start (a database of
-   another Prefect version, say) exits with ``STARTUP_FAILED`` once, without retries.
+   variables in its environment), with uvicorn's automatic loop and HTTP parser: uvloop
+   and httptools, which fdptm depends on for this (a served release took 0.85-0.91x the
+   time without them, ``benchmarks/small_release.md``). No port is probed and released
+   first, so no other process can take it in between, and a server that fails to start (a
+   database of another Prefect version, say) exits with ``STARTUP_FAILED`` once, without
+   retries.
 """
 
 from __future__ import annotations

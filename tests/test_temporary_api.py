@@ -111,3 +111,18 @@ def test_no_server_where_a_prefect_profile_names_an_api(small, tmp_path):
     assert not (home / "prefect.db").exists()
     (run,) = Catalog(small).query("SELECT status FROM runs WHERE kind = 'release'")
     assert run["status"] == "succeeded"
+
+
+def test_the_api_server_gets_uvloop_and_httptools():
+    """fdptm depends on both so that uvicorn, on which ``fdptm.flows.api_server`` runs
+    Prefect's API server with its automatic choice of loop and HTTP parser, picks them
+    (a served release 0.85-0.91x the time without them: benchmarks/small_release.md)."""
+    import uvicorn
+
+    async def app(scope, receive, send) -> None:
+        return None
+
+    config = uvicorn.Config(app, log_level="error")
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    assert config.get_loop_factory().__module__ == "uvloop"
