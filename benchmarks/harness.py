@@ -52,6 +52,9 @@ PACKAGES = (
     "gensim",
     "tomotopy",
     "dp-accounting",
+    "uvicorn",
+    "uvloop",
+    "httptools",
 )
 RESULTS_VAR = "FDPTM_BENCH_RESULTS"  # a folder for the results instead of benchmarks/
 T = TypeVar("T")

@@ -17,8 +17,9 @@ It decides, binds and serves, in that order:
    Prefect's ``SubprocessASGIServer`` does (``create_app`` as a factory, lifespan on,
    errors-only logs; the CLI sets Prefect's ``PREFECT__SERVER_EPHEMERAL`` and UI-off
    variables in its environment), with uvicorn's automatic loop and HTTP parser: uvloop
-   and httptools, which fdptm depends on for this (a served release took 0.85-0.91x the
-   time without them, ``benchmarks/small_release.md``). No port is probed and released
+   and httptools, which fdptm depends on for this (a served release with them took
+   0.84-0.91x the time of the code before without them in three runs,
+   ``benchmarks/small_release.md``). No port is probed and released
    first, so no other process can take it in between, and a server that fails to start (a
    database of another Prefect version, say) exits with ``STARTUP_FAILED`` once, without
    retries.
@@ -36,6 +37,10 @@ NOT_NEEDED = 64
 """Exit status: Prefect's settings name an API, so no temporary server is wanted."""
 STARTUP_FAILED = 3
 """Exit status: the server did not start (uvicorn's own status for that)."""
+APP = "prefect.server.api.server:create_app"
+OPTIONS = {"factory": True, "log_level": "error", "lifespan": "on"}
+"""uvicorn's options: the rest are its defaults, its automatic loop and HTTP parser among
+them (uvloop and httptools, installed with fdptm)."""
 
 
 def main(argv: list[str]) -> int:
@@ -54,14 +59,7 @@ def main(argv: list[str]) -> int:
     os.close(fd)
     import uvicorn
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            "prefect.server.api.server:create_app",
-            factory=True,
-            log_level="error",
-            lifespan="on",
-        )
-    )
+    server = uvicorn.Server(uvicorn.Config(APP, **OPTIONS))
     server.run(sockets=[sock])
     return 0 if server.started else STARTUP_FAILED
 

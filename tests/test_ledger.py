@@ -332,12 +332,32 @@ def test_preflight_checks_the_cap_once(workspace, monkeypatch, options):
 
 @pytest.mark.parametrize("options", [{}, {"mechanism": "topicdp"}], ids=["dp-vi", "topicdp"])
 def test_preflight_refuses_a_release_the_cap_cannot_cover(workspace, options):
-    """Before calibration for dp-vi, after it for a random-DP mechanism: either way before
-    Prefect starts, with nothing reserved."""
+    """Before calibration for dp-vi (nothing calibrated: ``_calibrated``'s cache stays
+    empty), after it for a random-DP mechanism; either way before Prefect starts, with
+    nothing reserved."""
     from fdptm.tasks import run
 
     ledger = _dataset(workspace)
     ledger.set_cap("d", 2.0, 1e-4)
+    run._calibrated.cache_clear()
     with pytest.raises(BudgetRefusedError, match=r"remaining"):
         run.preflight(_request(workspace, **options))
+    assert run._calibrated.cache_info().currsize == (1 if options else 0)
     assert ledger.entries("d") == []
+
+
+def test_charges_differ_when_what_the_cap_counts_differs():
+    """``preflight`` checks again after calibration when the charges differ: a stage's
+    share, adjacency or calibrated gamma (a random-DP stage's) changes them, its name and
+    mechanism do not."""
+    from dataclasses import replace
+
+    from fdptm.storage.ledger import charges
+
+    stages = _plan(2.0).stages
+    assert charges(stages, {}) == charges(
+        [replace(s, mechanism="other") for s in stages], {"train": {"accountant": "x"}}
+    )
+    assert charges(stages, {}) != charges(stages, {"train": {"gamma": 1e-9}})
+    assert charges(stages, {}) != charges([replace(stages[0], epsilon=0.4), stages[1]], {})
+    assert charges(stages, {}) != charges([stages[0], replace(stages[1], adjacency=W)], {})

@@ -116,13 +116,19 @@ def test_no_server_where_a_prefect_profile_names_an_api(small, tmp_path):
 def test_the_api_server_gets_uvloop_and_httptools():
     """fdptm depends on both so that uvicorn, on which ``fdptm.flows.api_server`` runs
     Prefect's API server with its automatic choice of loop and HTTP parser, picks them
-    (a served release 0.85-0.91x the time without them: benchmarks/small_release.md)."""
+    (benchmarks/small_release.md). The server's own options leave both choices to uvicorn,
+    and uvicorn's choice here is uvloop and httptools."""
     import uvicorn
+
+    from fdptm.flows import api_server
+
+    server = uvicorn.Config(api_server.APP, **api_server.OPTIONS, log_config=None)
+    assert (server.loop, server.http) == ("auto", "auto")
 
     async def app(scope, receive, send) -> None:
         return None
 
-    config = uvicorn.Config(app, log_level="error")
+    config = uvicorn.Config(app, log_level="error", log_config=None)
     config.load()
     assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
     assert config.get_loop_factory().__module__ == "uvloop"
