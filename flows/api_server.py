@@ -19,10 +19,9 @@ It decides, binds and serves, in that order:
    variables in its environment), with uvicorn's automatic loop and HTTP parser: uvloop
    and httptools, which fdptm depends on for this (a served release with them took
    0.84-0.91x the time of the code before without them in three runs,
-   ``benchmarks/small_release.md``). No port is probed and released
-   first, so no other process can take it in between, and a server that fails to start (a
-   database of another Prefect version, say) exits with ``STARTUP_FAILED`` once, without
-   retries.
+   ``benchmarks/small_release.md``). No port is probed and released first, so no other
+   process can take it in between, and a server that fails to start (a database of
+   another Prefect version, say) exits with ``STARTUP_FAILED`` once, without retries.
 """
 
 from __future__ import annotations
