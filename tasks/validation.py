@@ -5,10 +5,9 @@ pandas data source and batch definition per suite name, made on first use and th
 with each new DataFrame: making them was about half of a release's two validations (GX
 re-serialises its project configuration for every data source it adds; py-spy of a served
 release, 2026-11-29), and ``fdptm serve`` makes them once for every command it forks
-(``prepare``). ``failing_rows`` runs a suite on a
-DataFrame and maps every unexpected row index to the reasons it failed, so ingest can report
-each bad row with why; ``failed_checks`` lists the failed table-level expectations, for
-release validation.
+(``prepare``). ``failing_rows`` runs a suite on a DataFrame and maps every unexpected row
+index to the reasons it failed, so ingest can report each bad row with why;
+``failed_checks`` lists the failed table-level expectations, for release validation.
 """
 
 from __future__ import annotations
