@@ -71,6 +71,16 @@ def random_beta(n_words: int, n_topics: int, seed: int) -> np.ndarray:
 # --- the variational kernel -------------------------------------------------------------
 
 
+def scratch(n_topics: int, n_words: int) -> tuple[np.ndarray, ...]:
+    """``doc_e_step``'s scratch arrays: acc, powers, columns, ratios."""
+    return (
+        np.empty(n_topics),
+        np.empty(n_topics),
+        np.empty((n_topics, n_words)),
+        np.empty(n_words),
+    )
+
+
 def test_digamma_matches_scipy():
     x = np.concatenate([np.geomspace(1e-4, 1e4, 400), np.linspace(0.5, 12, 200)])
     ours = np.array([vi.digamma(v) for v in x])
@@ -81,36 +91,57 @@ def test_digamma_matches_scipy():
 def test_theta_weights_match_scipy_from_tiny_to_int64_sized_gammas(n_topics):
     """The fused exp(psi(gamma_k)) (one exp per topic, no log): exp(E[log theta_k]) times
     exp(psi(sum gamma)). With fewer than 8 topics the exps are math.exp's, from 8 on the
-    kernel's own vectorised exp; both agree with scipy to a relative 1e-12 and give 0 where
-    exp(psi) would be subnormal (gamma 1/720: psi about -720.6)."""
+    kernel's own vectorised exp; both agree with scipy to a relative 1e-12, and the own exp
+    gives 0 where the exponent is below -708 (exp(psi) under about 2e-307; gamma 1/720: psi
+    about -720.6), where math.exp's results turn subnormal."""
     rng = np.random.default_rng(4)
     edge = [1e-3, 1 / 720, 1 / 690, 0.1, 5.9, 6.0, 6.1, 1e5, 1e9, 9e18]
     values = np.concatenate([np.geomspace(2e-3, 1e3, 40), edge, rng.gamma(0.5, 4.0, 2000)])
     values = np.concatenate([values, np.full(-len(values) % n_topics, 1.0)])
     psi = special.digamma(values)
     assert not np.any((psi > -712) & (psi < -700))  # away from the floor's edge
-    expected = np.where(psi < -706, 0.0, np.exp(psi))
-    subnormal = values == 1 / 720
-    assert expected[subnormal] == 0 and np.exp(psi[subnormal]) > 0
+    tiny = psi < -706
+    assert tiny[values == 1 / 720].all() and np.exp(psi[values == 1 / 720]) > 0
     ours = np.empty_like(values)
     for start in range(0, len(values), n_topics):
         part = slice(start, start + n_topics)
         vi._theta_weights(values[part], ours[part], np.empty(n_topics))
-    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(ours[~tiny], np.exp(psi[~tiny]), rtol=1e-12, atol=0)
+    if n_topics >= vi._VECTOR_TOPICS:
+        assert np.all(ours[tiny] == 0)
+    else:
+        assert np.all(ours[tiny] < 1e-300)
 
 
-def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates():
+@pytest.mark.parametrize("k", [5, 10])
+def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates(k):
+    """With math.exp's weights (k = 5) and the kernel's vectorised ones (k = 10)."""
     rng = np.random.default_rng(3)
-    beta = random_beta(50, 5, seed=1)
+    beta = random_beta(50, k, seed=1)
     words = np.sort(rng.choice(50, 12, replace=False)).astype(np.int64)
     counts = rng.integers(1, 4, 12).astype(np.float64)
-    gamma, eth = np.empty(5), np.empty(5)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth, False, np.empty(5), np.empty(5))
+    gamma, eth = np.empty(k), np.empty(k)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, gamma, eth, False, *scratch(k, 12))
     phi = eth[None, :] * beta[words]
     phi /= phi.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(gamma, 0.1 + counts @ phi, rtol=1e-8)
     elog = special.digamma(gamma) - special.digamma(gamma.sum())  # eth up to a common factor
     np.testing.assert_allclose(eth / eth.sum(), np.exp(elog) / np.exp(elog).sum(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_a_warm_e_step_from_the_fixed_point_stays_there(k):
+    """From the fixed point a cold start reached, a warm start stops after one round
+    without moving."""
+    rng = np.random.default_rng(8)
+    beta = random_beta(40, k, seed=3)
+    words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
+    counts = rng.integers(1, 3, 9).astype(np.float64)
+    cold, eth = np.empty(k), np.empty(k)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, *scratch(k, 9))
+    warm = cold.copy()
+    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(k), True, *scratch(k, 9))
+    np.testing.assert_allclose(warm, cold, rtol=1e-9)
 
 
 def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one():
@@ -121,16 +152,12 @@ def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one()
     words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
     counts = rng.integers(1, 3, 9).astype(np.float64)
     cold, eth = np.empty(4), np.empty(4)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, np.empty(4), np.empty(4))
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, *scratch(4, 9))
     warm = cold.copy()
-    vi.doc_e_step(
-        words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True, np.empty(4), np.empty(4)
-    )
+    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True, *scratch(4, 9))
     np.testing.assert_allclose(warm, cold, rtol=1e-9)
     start = rng.gamma(1.0, 3.0, 4) + 0.1
-    vi.doc_e_step(
-        words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True, np.empty(4), np.empty(4)
-    )
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True, *scratch(4, 9))
     np.testing.assert_allclose(start, cold, rtol=1e-6)
 
 
@@ -242,23 +269,24 @@ def test_prepare_compresses_each_document_to_its_distinct_words_and_counts(small
     assert np.array_equal(np.diff(data.doc_ptr), np.bincount(keys // c.n_words, minlength=c.n_docs))
 
 
-def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkeypatch):
+@pytest.mark.parametrize("k", [4, 10])
+def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkeypatch, k):
     """The chunked statistic equals the one-unit-at-a-time sum exactly (integers), and is
     the same on one thread and on two; so is a seeded training (issue 13: results must not
     depend on the number of workers)."""
     from fdptm.parallel import workers
 
     data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
-    p = params(clip=3.0)
-    beta = random_beta(120, 4, 0)
+    p = params(clip=3.0, n_topics=k)
+    beta = random_beta(120, k, 0)
     included = np.random.default_rng(5).random(data.n_units) < 0.7
     outputs = {}
     for threads in ("1", "2"):
         monkeypatch.setenv("FDPTM_THREADS", threads)
         assert workers() == min(int(threads), len(os.sched_getaffinity(0)))
         stats_, norms = dp_vi.clipped_statistics(data, beta, p, included)
-        phi = dp_vi.train_dp_vi(small.corpus, 4, p, NoiseSource.create(11))
-        warm = dp_vi.train_dp_vi(small.corpus, 4, replace_warm(p), NoiseSource.create(11))
+        phi = dp_vi.train_dp_vi(small.corpus, k, p, NoiseSource.create(11))
+        warm = dp_vi.train_dp_vi(small.corpus, k, replace_warm(p), NoiseSource.create(11))
         outputs[threads] = (stats_, norms, phi, warm)
     for a, b in zip(outputs["1"], outputs["2"], strict=True):
         assert np.array_equal(a, b)
@@ -269,11 +297,12 @@ def test_statistics_and_training_do_not_depend_on_the_thread_count(small, monkey
     assert np.array_equal(outputs["1"][0], one_by_one)  # an exact sum, in any order
 
 
-def test_each_authors_clipped_statistic_has_norm_at_most_C(small):
+@pytest.mark.parametrize("k", [4, 10])
+def test_each_authors_clipped_statistic_has_norm_at_most_C(small, k):
     data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
     assert data.n_units == 60
-    p = params(clip=3.0)
-    beta = random_beta(120, 4, 2)
+    p = params(clip=3.0, n_topics=k)
+    beta = random_beta(120, k, 2)
     clipped_any = False
     for a in range(data.n_units):
         s_a, norms = dp_vi.clipped_statistics(data, beta, p, only(a, data.n_units))

@@ -74,14 +74,18 @@ def exp_elog_beta(lam):
     return out
 
 
-_FAST = {"contract", "arcp", "nsz", "reassoc"}
-"""LLVM's fast-math flags for the E-step's rounds: fused multiply-adds, reordered sums and
-reciprocals, so that the loops over the topics run as SIMD vectors. Not the flags that
-assume no NaN or infinity, nor approximate library functions. With ``_theta_weights``'s
-own exp they moved a document's gamma by at most 1.2e-12 relative against the kernel
-before (40,000 synthetic documents each at k = 5, 10 and 20, 2026-11-30); what a unit adds
-is still checked exactly after the E-step (``clipped_statistics``), so the bound on its
-term never rests on this arithmetic."""
+_FAST = {"contract"}
+"""LLVM's one fast-math flag for the E-step: ``contract``, so that a multiply and the add
+that follows it run as one fused multiply-add (one rounding instead of two). Not
+``reassoc``: it lets LLVM reorder a sum to fit the vector width it picks for the CPU
+(AVX2, AVX-512, NEON), so the bits would follow the CPU model (an independent review
+measured that on four numba targets, 2026-11-30); every sum here keeps its order. Nor
+approximate reciprocals, nor the flags that assume no NaN or infinity. So every machine
+whose CPU has fused multiply-add (every x86-64 since 2013, every 64-bit ARM) computes the
+same bits for a given numba; one without it (or numba told to compile for the x86-64
+baseline) rounds each multiply and add apart, and a seeded release it takes part in has
+other bits. Privacy does not rest on them: what a unit adds is checked exactly after the
+E-step (``clipped_statistics``)."""
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.44269504088896338700e00
@@ -122,10 +126,12 @@ def _psi_exponent(x):
 @njit(cache=True, inline="always", fastmath=_FAST)
 def _exp_mantissa(t):
     """(m, p) with exp(t) = 2^m p for _EXP_FLOOR <= t <= 0: Cody and Waite's reduction
-    u = t - m log 2 (log 2 in two parts, so u is exact to about 2^-60), |u| <= log(2) / 2,
-    and exp(u) by its Taylor polynomial to u^13 (remainder below 2e-16 relative). Plain
-    arithmetic, no library call, so a loop over the topics compiles to SIMD vectors, which
-    LLVM cannot do with ``math.exp`` (numba's SVML is not available here)."""
+    u = t - m log 2 with log 2 in two parts (m log2_hi is exact for |m| <= 1021, so u
+    carries about one rounding), |u| <= log(2) / 2, and exp(u) by its Taylor polynomial to
+    u^13 (remainder below 1e-17 relative). Plain arithmetic, no library call, so a loop
+    over the topics compiles to SIMD vectors, which LLVM cannot do with ``math.exp``
+    (numba's SVML is not available here). For a NaN or infinite t the result is undefined
+    (LLVM's conversion of m to an integer); gamma is always finite here."""
     m = math.floor(t * _INV_LN2 + 0.5)
     u = (t - m * _LN2_HI) - m * _LN2_LO
     p = 1.0 / 6227020800.0
@@ -161,20 +167,19 @@ def _theta_weights(gamma, out, powers):
     of six factors overflow above gamma of about 1e51, far above what alpha <= 1e6, which
     ``dp_vi_params`` enforces, plus any int64 token count can reach), so
     exp(psi(gamma_k)) = y exp(T(y) - 1/(2y) - sum): one exp per topic and no log. The
-    exponent is at most 0 (the sum exceeds 1/(2y) - T(y)); below ``_EXP_FLOOR`` (gamma_k
-    under about 0.0014) the weight is 0. From ``_VECTOR_TOPICS`` topics on, the three loops
-    over the topics (exponent, exp as 2^m p with 2^m built from its bits in ``powers``,
-    product) have no branch and no library call, so they run as SIMD vectors: E-steps
-    took 0.71-0.78x the time at k = 10 and 0.58-0.73x at k = 20, and dp-vi's M2 on 200,000
-    documents at k = 10 0.74x (13.7 against 18.6 s, ``benchmarks/m2_time.md``). With
-    fewer topics a vector of four and a remainder gained nothing, so they keep
-    ``math.exp`` (E-steps at k = 5: 0.94-0.97x, the fast-math sums' gain). Agrees with
-    scipy's digamma to a relative 1e-12 (tests).
+    exponent is at most 0 (the sum exceeds 1/(2y) - T(y)). From ``_VECTOR_TOPICS`` topics
+    on, the three loops over the topics (exponent, exp as 2^m p with 2^m built from its
+    bits in ``powers``, product) have no branch and no library call, so they run as SIMD
+    vectors; below ``_EXP_FLOOR`` (gamma_k under about 0.0014) their weight is 0. With
+    fewer topics a vector of four and a remainder gained nothing, so those keep
+    ``math.exp`` (whose results below the floor are subnormal). With ``doc_e_step``'s
+    columns, E-steps took 0.83-0.84x the time of the kernel before at k = 10, 0.60-0.62x
+    at k = 20 and 1.03x at k = 5 (20,000 synthetic documents each, 15 interleaved rounds,
+    2026-11-30). Agrees with scipy's digamma to a relative 1e-12 (tests).
     """
     if gamma.shape[0] < _VECTOR_TOPICS:
         for k in range(gamma.shape[0]):
-            t = _psi_exponent(gamma[k])
-            out[k] = (gamma[k] + 6.0) * math.exp(t) if t >= _EXP_FLOOR else 0.0
+            out[k] = (gamma[k] + 6.0) * math.exp(_psi_exponent(gamma[k]))
         return
     bits = powers.view(np.int64)
     for k in range(gamma.shape[0]):
@@ -190,7 +195,19 @@ def _theta_weights(gamma, out, powers):
 
 @njit(cache=True, nogil=True, fastmath=_FAST)
 def doc_e_step(
-    words, counts, exp_elog_beta, alpha, max_iterations, tolerance, gamma, eth, warm, acc, powers
+    words,
+    counts,
+    exp_elog_beta,
+    alpha,
+    max_iterations,
+    tolerance,
+    gamma,
+    eth,
+    warm,
+    acc,
+    powers,
+    columns,
+    ratios,
 ):
     """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
 
@@ -202,26 +219,51 @@ def doc_e_step(
     gamma_k = alpha + n / k, or, when ``warm``, from the ``gamma`` passed in (the
     document's gamma at the end of its previous E-step). Stops after ``max_iterations`` or
     when the mean absolute change of gamma is below ``tolerance``. On return ``gamma`` and
-    ``eth`` are consistent (eth computed from the final gamma). ``acc`` and ``powers`` (k
-    values each) are the caller's scratch space, so that an E-step allocates nothing.
-    Compiled with ``_FAST``: the sums over the topics run as SIMD vectors.
+    ``eth`` are consistent (eth computed from the final gamma). ``acc``, ``powers`` (k
+    values each), ``columns`` (k rows) and ``ratios`` (at least as many values as the
+    document has distinct words, and as ``columns`` has columns) are the caller's scratch
+    space, so that an E-step allocates nothing.
+
+    Each phinorm_w is summed over the topics in their order, 1e-100 + eth_0 beta_w0 + ...,
+    whatever the path: with ``_VECTOR_TOPICS`` topics or more, the document's rows of
+    exp(E[log beta]) are first copied as ``columns`` (topic by word), so that each round
+    adds topic k's term to every word's sum at once, as SIMD vectors over the words; with
+    fewer, word by word. Either way no sum is reordered (``_FAST``), so the bits do not
+    depend on the CPU's vector width.
     """
     n_topics = gamma.shape[0]
+    n_words = words.shape[0]
+    wide = n_topics >= _VECTOR_TOPICS
+    if wide:
+        for k in range(n_topics):
+            for i in range(n_words):
+                columns[k, i] = exp_elog_beta[words[i], k]
     if not warm:
         length = 0.0
-        for i in range(counts.shape[0]):
+        for i in range(n_words):
             length += counts[i]
         for k in range(n_topics):
             gamma[k] = alpha + length / n_topics
     _theta_weights(gamma, eth, powers)
     for _ in range(max_iterations):
-        acc[:] = 0.0
-        for i in range(words.shape[0]):
-            beta_w = exp_elog_beta[words[i]]
-            norm = 1e-100
+        if wide:
+            for i in range(n_words):
+                ratios[i] = 1e-100
             for k in range(n_topics):
-                norm += eth[k] * beta_w[k]
-            ratio = counts[i] / norm
+                weight = eth[k]
+                for i in range(n_words):
+                    ratios[i] += weight * columns[k, i]
+        else:
+            for i in range(n_words):
+                beta_w = exp_elog_beta[words[i]]
+                norm = 1e-100
+                for k in range(n_topics):
+                    norm += eth[k] * beta_w[k]
+                ratios[i] = norm
+        acc[:] = 0.0
+        for i in range(n_words):
+            beta_w = exp_elog_beta[words[i]]
+            ratio = counts[i] / ratios[i]
             for k in range(n_topics):
                 acc[k] += ratio * beta_w[k]
         change = 0.0
@@ -423,6 +465,12 @@ def clipped_statistics(
     gamma = np.empty(n_topics)
     acc = np.empty(n_topics)
     powers = np.empty(n_topics)
+    longest = 0
+    for j in range(unit_ptr[first], unit_ptr[last]):
+        d = unit_docs[j]
+        longest = max(longest, doc_ptr[d + 1] - doc_ptr[d])
+    columns = np.empty((n_topics, longest))
+    ratios = np.empty(longest)
     single = np.empty(n_topics)
     eths = np.empty((shared, n_topics))
     done = np.zeros(shared, dtype=np.bool_)
@@ -462,6 +510,8 @@ def clipped_statistics(
                     keep and warm,
                     acc,
                     powers,
+                    columns,
+                    ratios,
                 )
                 if keep:
                     for k in range(n_topics):
