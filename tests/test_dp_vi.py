@@ -72,7 +72,7 @@ def random_beta(n_words: int, n_topics: int, seed: int) -> np.ndarray:
 
 
 def scratch(n_topics: int, n_words: int) -> tuple[np.ndarray, ...]:
-    """``doc_e_step``'s scratch arrays: acc, powers, columns, ratios."""
+    """``doc_e_step``'s scratch arrays: acc, powers, columns, phinorms."""
     return (
         np.empty(n_topics),
         np.empty(n_topics),
@@ -129,10 +129,11 @@ def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates(k):
     np.testing.assert_allclose(eth / eth.sum(), np.exp(elog) / np.exp(elog).sum(), rtol=1e-10)
 
 
-@pytest.mark.parametrize("k", [4, 10])
-def test_a_warm_e_step_from_the_fixed_point_stays_there(k):
-    """From the fixed point a cold start reached, a warm start stops after one round
-    without moving."""
+def test_a_warm_e_step_from_the_fixed_point_stays_there_with_vectorised_weights():
+    """The test below's first half at k = 10 (the kernel's own exps and the column sums):
+    from the fixed point a cold start reached, a warm start stops after one round without
+    moving."""
+    k = 10
     rng = np.random.default_rng(8)
     beta = random_beta(40, k, seed=3)
     words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
@@ -142,6 +143,30 @@ def test_a_warm_e_step_from_the_fixed_point_stays_there(k):
     warm = cold.copy()
     vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(k), True, *scratch(k, 9))
     np.testing.assert_allclose(warm, cold, rtol=1e-9)
+
+
+@pytest.mark.parametrize("k", [5, 10])
+def test_an_e_step_on_no_word_or_one_word_and_on_too_small_a_scratch(k):
+    """No word: gamma stays alpha. One word: every token goes to the topics in proportion
+    to eth_k beta_wk, the fixed point. Scratch smaller than the document: a ValueError,
+    not a write past its end (numba checks no bounds)."""
+    beta = random_beta(20, k, seed=5)
+    gamma, eth = np.empty(k), np.empty(k)
+    empty = np.empty(0, dtype=np.int64)
+    vi.doc_e_step(empty, np.empty(0), beta, 0.1, 50, 1e-12, gamma, eth, False, *scratch(k, 0))
+    assert np.array_equal(gamma, np.full(k, 0.1))
+    one = np.array([7], dtype=np.int64)
+    vi.doc_e_step(one, np.array([3.0]), beta, 0.1, 500, 1e-12, gamma, eth, False, *scratch(k, 1))
+    phi = eth * beta[7] / (eth * beta[7]).sum()
+    np.testing.assert_allclose(gamma, 0.1 + 3.0 * phi, rtol=1e-8)
+    words = np.arange(4, dtype=np.int64)
+    acc, powers, columns, phinorms = scratch(k, 4)
+    small = [(acc, powers, columns, phinorms[:3])]
+    if k >= vi._VECTOR_TOPICS:
+        small.append((acc, powers, columns[:, :3], phinorms))
+    for args in small:
+        with pytest.raises(ValueError, match="scratch smaller than the document"):
+            vi.doc_e_step(words, np.ones(4), beta, 0.1, 5, 1e-3, gamma, eth, False, *args)
 
 
 def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one():
@@ -314,6 +339,17 @@ def test_each_authors_clipped_statistic_has_norm_at_most_C(small, k):
         assert min(norms[a], p.clip) - slack <= norm
         clipped_any |= norms[a] > p.clip
     assert clipped_any  # the bound was exercised, not vacuous
+
+
+@pytest.mark.parametrize("k", [4, 10])
+def test_a_statistic_that_is_not_finite_is_refused_not_added(small, k):
+    """np.int64 of NaN is INT64_MIN, whose square wraps to 0 in the exact norm check: a NaN
+    in an E-step (a NaN topic factor here) must stop the kernel, never reach the sum."""
+    data = dp_vi.prepare(small.corpus, Adjacency.AUTHOR)
+    beta = random_beta(120, k, 2)
+    beta[:, 1] = np.nan
+    with pytest.raises(ValueError, match="not finite"):
+        dp_vi.clipped_statistics(data, beta, params(clip=3.0, n_topics=k), only(0, data.n_units))
 
 
 def test_a_clip_that_is_no_whole_number_of_grid_units_still_bounds_every_term(small):

@@ -77,15 +77,16 @@ def exp_elog_beta(lam):
 _FAST = {"contract"}
 """LLVM's one fast-math flag for the E-step: ``contract``, so that a multiply and the add
 that follows it run as one fused multiply-add (one rounding instead of two). Not
-``reassoc``: it lets LLVM reorder a sum to fit the vector width it picks for the CPU
-(AVX2, AVX-512, NEON), so the bits would follow the CPU model (an independent review
-measured that on four numba targets, 2026-11-30); every sum here keeps its order. Nor
-approximate reciprocals, nor the flags that assume no NaN or infinity. So every machine
-whose CPU has fused multiply-add (every x86-64 since 2013, every 64-bit ARM) computes the
-same bits for a given numba; one without it (or numba told to compile for the x86-64
-baseline) rounds each multiply and add apart, and a seeded release it takes part in has
-other bits. Privacy does not rest on them: what a unit adds is checked exactly after the
-E-step (``clipped_statistics``)."""
+``reassoc``: it lets LLVM reorder a sum to fit the vector width it picks for the CPU, so
+the bits would follow the CPU model (an independent review measured that on four numba
+targets, 2026-11-30); every sum here keeps its order. Nor approximate reciprocals, nor
+the flags that assume no NaN or infinity. So machines that run the same numba, llvmlite
+and libm compute the same bits when their CPUs all have fused multiply-add as numba sees
+them (measured alike with numba's targets host, haswell, skylake-avx512 and znver3), or
+all lack it; a CPU without it (older or small x86 models, a virtual machine that hides
+it, numba compiling for a generic target) rounds each multiply and add apart, and a seeded
+release it takes part in has other bits. Privacy does not rest on them: what a unit adds
+is checked exactly after the E-step (``clipped_statistics``)."""
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.44269504088896338700e00
@@ -172,10 +173,12 @@ def _theta_weights(gamma, out, powers):
     bits in ``powers``, product) have no branch and no library call, so they run as SIMD
     vectors; below ``_EXP_FLOOR`` (gamma_k under about 0.0014) their weight is 0. With
     fewer topics a vector of four and a remainder gained nothing, so those keep
-    ``math.exp`` (whose results below the floor are subnormal). With ``doc_e_step``'s
-    columns, E-steps took 0.83-0.84x the time of the kernel before at k = 10, 0.60-0.62x
-    at k = 20 and 1.03x at k = 5 (20,000 synthetic documents each, 15 interleaved rounds,
-    2026-11-30). Agrees with scipy's digamma to a relative 1e-12 (tests).
+    ``math.exp`` (whose weights there are tiny, and subnormal for exponents below about
+    -708.4 - log(gamma_k + 6)). With ``doc_e_step``'s columns, one iteration's clipped
+    statistic took 0.83-0.85x the time of d61b905's kernel at k = 10, 0.69-0.71x at
+    k = 20 and the same at k = 5, with the same integer statistic (in one process,
+    interleaved: ``benchmarks/e_step.md``, 2026-11-30). Agrees with scipy's digamma to a
+    relative 1e-12 (tests).
     """
     if gamma.shape[0] < _VECTOR_TOPICS:
         for k in range(gamma.shape[0]):
@@ -207,7 +210,7 @@ def doc_e_step(
     acc,
     powers,
     columns,
-    ratios,
+    phinorms,
 ):
     """Coordinate ascent on one document's (gamma, phi) with the topics held fixed.
 
@@ -220,9 +223,10 @@ def doc_e_step(
     document's gamma at the end of its previous E-step). Stops after ``max_iterations`` or
     when the mean absolute change of gamma is below ``tolerance``. On return ``gamma`` and
     ``eth`` are consistent (eth computed from the final gamma). ``acc``, ``powers`` (k
-    values each), ``columns`` (k rows) and ``ratios`` (at least as many values as the
-    document has distinct words, and as ``columns`` has columns) are the caller's scratch
-    space, so that an E-step allocates nothing.
+    values each), ``phinorms`` (at least one value per distinct word of the document) and
+    ``columns`` (k rows of at least that many values; from ``_VECTOR_TOPICS`` topics on)
+    are the caller's scratch space, so that an E-step allocates nothing; too small a
+    scratch is a ValueError (numba checks no bounds).
 
     Each phinorm_w is summed over the topics in their order, 1e-100 + eth_0 beta_w0 + ...,
     whatever the path: with ``_VECTOR_TOPICS`` topics or more, the document's rows of
@@ -234,6 +238,8 @@ def doc_e_step(
     n_topics = gamma.shape[0]
     n_words = words.shape[0]
     wide = n_topics >= _VECTOR_TOPICS
+    if phinorms.shape[0] < n_words or (wide and columns.shape[1] < n_words):
+        raise ValueError("doc_e_step: scratch smaller than the document")
     if wide:
         for k in range(n_topics):
             for i in range(n_words):
@@ -248,22 +254,22 @@ def doc_e_step(
     for _ in range(max_iterations):
         if wide:
             for i in range(n_words):
-                ratios[i] = 1e-100
+                phinorms[i] = 1e-100
             for k in range(n_topics):
                 weight = eth[k]
                 for i in range(n_words):
-                    ratios[i] += weight * columns[k, i]
+                    phinorms[i] += weight * columns[k, i]
         else:
             for i in range(n_words):
                 beta_w = exp_elog_beta[words[i]]
                 norm = 1e-100
                 for k in range(n_topics):
                     norm += eth[k] * beta_w[k]
-                ratios[i] = norm
+                phinorms[i] = norm
         acc[:] = 0.0
         for i in range(n_words):
             beta_w = exp_elog_beta[words[i]]
-            ratio = counts[i] / ratios[i]
+            ratio = counts[i] / phinorms[i]
             for k in range(n_topics):
                 acc[k] += ratio * beta_w[k]
         change = 0.0
@@ -470,7 +476,7 @@ def clipped_statistics(
         d = unit_docs[j]
         longest = max(longest, doc_ptr[d + 1] - doc_ptr[d])
     columns = np.empty((n_topics, longest))
-    ratios = np.empty(longest)
+    phinorms = np.empty(longest)
     single = np.empty(n_topics)
     eths = np.empty((shared, n_topics))
     done = np.zeros(shared, dtype=np.bool_)
@@ -511,7 +517,7 @@ def clipped_statistics(
                     acc,
                     powers,
                     columns,
-                    ratios,
+                    phinorms,
                 )
                 if keep:
                     for k in range(n_topics):
@@ -525,6 +531,8 @@ def clipped_statistics(
             for k in range(n_topics):
                 squared += row[k] * row[k]
         norm = math.sqrt(squared)
+        if not math.isfinite(norm):  # np.int64 of NaN is INT64_MIN, whose square wraps to 0
+            raise ValueError("clipped_statistics: a unit's statistic is not finite")
         norms[u - first] = norm
         scale = per_unit if norm <= clip else per_unit * (clip / norm)
         while _squared_units(scratch, touched, n_touched, scale) > limit:

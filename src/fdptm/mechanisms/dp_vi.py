@@ -183,8 +183,9 @@ exp(E[log beta]) and the inclusion mask, and the workers return their ranges' cl
 The noise is drawn and added in the release process, once per iteration. Every unit's term
 is the same kernel's arithmetic on the unit's own documents wherever it runs, and the
 integer sum is exact in any grouping, so the released matrix is bit-identical for any
-cut, thread count or cluster whose machines' CPUs all have fused multiply-add or all lack
-it (the kernel fuses where it can: ``fdptm.kernels.vi._FAST``).
+cut, thread count or cluster whose machines run the same numba, llvmlite and libm and whose
+CPUs all have fused multiply-add or all lack it (the kernel fuses where it can:
+``fdptm.kernels.vi._FAST``).
 
 Timing. Within a range, documents with the same (word, count) pairs share one E-step
 (``fdptm.kernels.vi``: an E-step is a function of the document's own content and public
