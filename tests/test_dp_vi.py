@@ -129,22 +129,6 @@ def test_e_step_reaches_the_fixed_point_of_the_coordinate_updates(k):
     np.testing.assert_allclose(eth / eth.sum(), np.exp(elog) / np.exp(elog).sum(), rtol=1e-10)
 
 
-def test_a_warm_e_step_from_the_fixed_point_stays_there_with_vectorised_weights():
-    """The test below's first half at k = 10 (the kernel's own exps and the column sums):
-    from the fixed point a cold start reached, a warm start stops after one round without
-    moving."""
-    k = 10
-    rng = np.random.default_rng(8)
-    beta = random_beta(40, k, seed=3)
-    words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
-    counts = rng.integers(1, 3, 9).astype(np.float64)
-    cold, eth = np.empty(k), np.empty(k)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, *scratch(k, 9))
-    warm = cold.copy()
-    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(k), True, *scratch(k, 9))
-    np.testing.assert_allclose(warm, cold, rtol=1e-9)
-
-
 @pytest.mark.parametrize("k", [5, 10])
 def test_an_e_step_on_no_word_or_one_word_and_on_too_small_a_scratch(k):
     """No word: gamma stays alpha. One word: every token goes to the topics in proportion
@@ -169,21 +153,26 @@ def test_an_e_step_on_no_word_or_one_word_and_on_too_small_a_scratch(k):
             vi.doc_e_step(words, np.ones(4), beta, 0.1, 5, 1e-3, gamma, eth, False, *args)
 
 
-def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one():
-    """A warm start (the document's previous gamma) converges to the same fixed point as a
-    cold one, and from that fixed point it stops after one round without moving."""
+@pytest.mark.parametrize("k", [4, 10])
+def test_a_warm_e_step_from_the_fixed_point_stays_there_and_matches_a_cold_one(k):
+    """A warm start (the document's previous gamma) from the fixed point a cold start
+    reached stops after one round without moving (k = 10: the kernel's own exps and the
+    column sums). At k = 4 a warm start from a random gamma also reaches the cold one's
+    fixed point; at k = 10 this document's ascent has other fixed points, which a random
+    start can reach."""
     rng = np.random.default_rng(8)
-    beta = random_beta(40, 4, seed=3)
+    beta = random_beta(40, k, seed=3)
     words = np.sort(rng.choice(40, 9, replace=False)).astype(np.int64)
     counts = rng.integers(1, 3, 9).astype(np.float64)
-    cold, eth = np.empty(4), np.empty(4)
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, *scratch(4, 9))
+    cold, eth = np.empty(k), np.empty(k)
+    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, cold, eth, False, *scratch(k, 9))
     warm = cold.copy()
-    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(4), True, *scratch(4, 9))
+    vi.doc_e_step(words, counts, beta, 0.1, 1, 1e-12, warm, np.empty(k), True, *scratch(k, 9))
     np.testing.assert_allclose(warm, cold, rtol=1e-9)
-    start = rng.gamma(1.0, 3.0, 4) + 0.1
-    vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, np.empty(4), True, *scratch(4, 9))
-    np.testing.assert_allclose(start, cold, rtol=1e-6)
+    if k == 4:
+        start = rng.gamma(1.0, 3.0, k) + 0.1
+        vi.doc_e_step(words, counts, beta, 0.1, 500, 1e-12, start, eth, True, *scratch(k, 9))
+        np.testing.assert_allclose(start, cold, rtol=1e-6)
 
 
 def test_warm_starts_begin_at_the_stated_iteration_and_never_with_sampling():
