@@ -102,14 +102,16 @@ def test_warm_statistics_on_the_cluster_equal_the_local_ones(cluster):
         assert np.array_equal(a, b)
 
 
-def test_the_statistic_on_the_cluster_equals_the_local_one(cluster):
-    syn = generate_lda(600, 80, 4, doc_length=10, docs_per_author=2, seed=4)
+@pytest.mark.parametrize("k", [4, 10])
+def test_the_statistic_on_the_cluster_equals_the_local_one(cluster, k):
+    """k = 10: the E-step's vectorised exps and column sums (``fdptm.kernels.vi``)."""
+    syn = generate_lda(600, 80, k, doc_length=10, docs_per_author=2, seed=4)
     data = dp_vi.prepare(syn.corpus, Adjacency.AUTHOR)
-    beta = dp_vi.exp_elog_beta(np.random.default_rng(5).gamma(1.0, 1.0, (80, 4)) + 0.01)
+    beta = dp_vi.exp_elog_beta(np.random.default_rng(5).gamma(1.0, 1.0, (80, k)) + 0.01)
     included = np.ones(data.n_units, dtype=bool)
-    local = dp_vi.clipped_statistics(data, beta, _params(), included)
+    local = dp_vi.clipped_statistics(data, beta, _params(k), included)
     with on_cluster(cluster):
-        remote = dp_vi.clipped_statistics(data, beta, _params(), included)
+        remote = dp_vi.clipped_statistics(data, beta, _params(k), included)
     assert np.array_equal(local[0], remote[0]) and np.array_equal(local[1], remote[1])
 
 
