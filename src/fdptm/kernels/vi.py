@@ -93,8 +93,9 @@ _INV_LN2 = 1.44269504088896338700e00
 _VECTOR_TOPICS = 8
 """From this many topics on, ``_theta_weights`` computes its exps as SIMD vectors."""
 _EXP_FLOOR = -708.0
-"""Below this, exp is taken as 0: exp(-708) is about 3e-308, where doubles turn subnormal
-(slow on x86, and meaningless beside the E-step's 1e-100 guard)."""
+"""Below this, ``_theta_weights``'s own exp (from ``_VECTOR_TOPICS`` topics on) is 0:
+exp(-708) is about 3e-308, where doubles turn subnormal (slow on x86, and meaningless
+beside the E-step's 1e-100 guard), and 2^m could not be built from its exponent bits."""
 
 
 @njit(cache=True, inline="always", fastmath=_FAST)
