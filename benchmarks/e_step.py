@@ -4,15 +4,15 @@
     python benchmarks/e_step.py --baseline ../old --docs 100000 --topics 10 --rounds 12
 
 Both kernels, ``fdptm.kernels.vi.clipped_statistics`` of this checkout and the one at
-``BASELINE/src/fdptm/kernels/vi.py`` (loaded from its file: the kernel module imports
-numpy and numba only), run in this process on a synthetic LDA corpus like the scale
-benchmark's (3,000 words, about 16 tokens per document, one document per unit, every unit
-included, one thread), with k topics, against two topic matrices: exp(E[log beta]) of a
-random lambda, as in dp-vi's first iterations, where many E-steps run to their cap of 20
-rounds, and of a lambda near the true topics, as in its late ones. Calls alternate, the
-order rotating every round; the table gives each arm's median, the median of the
-per-round ratios, and whether the two integer statistics are equal. Timings of M2 in fresh
-processes (``m2_time.py``) spread by 30% on this shared machine; one process with
+``BASELINE/src/fdptm/kernels/vi.py`` (loaded from its file: the kernel module imports numpy
+and numba only), run in this process on the scale benchmark's synthetic corpus
+(``harness.scale_corpus`` with k topics: 3,000 words, about 16 tokens per document, one
+document per unit; every unit included, one thread), against two topic matrices: exp(E[log
+beta]) of a random lambda, as in dp-vi's first iterations, where many E-steps run to their
+cap of 20 rounds, and of a lambda near the true topics, as in its late ones. Calls
+alternate, the order rotating every round; the table gives each arm's median, the median of
+the per-round ratios, and whether the two integer statistics are equal. Timings of M2 in
+fresh processes (``m2_time.py``) spread by 30% on this shared machine; one process with
 interleaved calls compares the kernels to a few percent.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Table, one_thread, rounds  # noqa: E402
+from harness import Table, one_thread, rounds, scale_corpus  # noqa: E402
 
 TITLE = "dp-vi's clipped statistic against another checkout's kernel"
 NEEDS = "--baseline, another checkout's directory"
@@ -41,6 +41,7 @@ def baseline_kernel(checkout: Path):
     path = checkout / "src" / "fdptm" / "kernels" / "vi.py"
     spec = importlib.util.spec_from_file_location("baseline_vi", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # numba's cache finds its functions' module by name
     spec.loader.exec_module(module)
     return module
 
@@ -49,14 +50,12 @@ def case(docs: int, topics: int):
     """The corpus as dp-vi's kernel takes it, its document slots, and the two matrices."""
     import numpy as np
 
-    from fdptm.evaluation.synthetic import generate_lda
     from fdptm.kernels import vi
     from fdptm.mechanisms import dp_vi
     from fdptm.privacy.adjacency import Adjacency
 
+    corpus, phi = scale_corpus(docs, seed=topics, topics=topics)
     rng = np.random.default_rng(topics)
-    phi = rng.dirichlet(np.full(3000, 0.05), size=topics)
-    corpus = generate_lda(docs, 3000, topics, doc_length=16, seed=1, phi=phi).corpus
     data = dp_vi.prepare(corpus, Adjacency.DOCUMENT)
     slots = vi.document_slots(data.doc_ptr, data.words, data.counts, data.unit_docs)
     noise = rng.gamma(100, 0.01, (3000, topics))

@@ -428,18 +428,18 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def scale_corpus(docs: int, seed: int = 0) -> tuple:
+def scale_corpus(docs: int, seed: int = 0, topics: int = 10) -> tuple:
     """The scale benchmark's synthetic corpus (``benchmarks/scale.py``) and its true topics.
 
-    10 topics over 3,000 words (eta 0.05, alpha 0.1), about 16 tokens per document, one
-    document per unit; ``seed`` draws the topics.
+    ``topics`` (10 there) topics over 3,000 words (eta 0.05, alpha 0.1), about 16 tokens
+    per document, one document per unit; ``seed`` draws the topics.
     """
     import numpy as np
 
     from fdptm.evaluation.synthetic import generate_lda
 
-    phi = np.random.default_rng(seed).dirichlet(np.full(3000, 0.05), size=10)
-    return generate_lda(docs, 3000, 10, doc_length=16, seed=1, phi=phi).corpus, phi
+    phi = np.random.default_rng(seed).dirichlet(np.full(3000, 0.05), size=topics)
+    return generate_lda(docs, 3000, topics, doc_length=16, seed=1, phi=phi).corpus, phi
 
 
 def train_dp_vi(corpus, phi, epsilon: float, seed: int | None = None, **options) -> dict:
