@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from prefect_api import API_FILE_VAR, STARTUP, SharedHarness, shared_url, using
 
 if TYPE_CHECKING:
     from distributed import LocalCluster
@@ -29,9 +30,10 @@ os.environ["FDPTM_SERVE"] = "off"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # Prefect's temporary API servers (the harness's, and the CLI's in subprocess tests) wait 20 s
 # to start by default; a busy CI machine can need more.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-# One Prefect home per test process: the suite runs in parallel workers (pytest-xdist), and
-# the temporary API servers of CLI subprocesses must not share (and migrate) one database.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(STARTUP))
+# A Prefect home of the session's own, not the developer's: the database of the temporary
+# API servers of CLI subprocesses (the xdist workers inherit the controlling process's, so
+# their servers share one database, migrated once).
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="fdptm-tests-prefect-"))
 
 # Import prefect.main (which sets up Prefect's console log handler) now, while sys.stderr is
@@ -123,12 +125,40 @@ def local_cluster(**options) -> Iterator[LocalCluster]:
         _restore_environ(before)  # a worker the nanny restarted set them again
 
 
+_HARNESS = pytest.StashKey[SharedHarness]()
+
+
+def pytest_configure(config):
+    """In pytest-xdist's controlling process: start the session's one Prefect test API
+    (``prefect_api``) for the workers it is about to start."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    if config.getoption("dist", "no") == "no":
+        return
+    harness = SharedHarness(Path(tempfile.mkdtemp(prefix="fdptm-tests-api-")) / "api")
+    harness.start()
+    os.environ[API_FILE_VAR] = str(harness.file)
+    config.stash[_HARNESS] = harness
+
+
+def pytest_unconfigure(config):
+    harness = config.stash.get(_HARNESS, None)
+    if harness is not None:
+        harness.stop()
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """A real, temporary Prefect API for flow runs (prefect_test_harness)."""
+    """A real, temporary Prefect API for flow runs (prefect_test_harness): in a parallel
+    session the one the controlling process started for all its workers, else this
+    process's own."""
+    if os.environ.get(API_FILE_VAR):
+        with using(shared_url(Path(os.environ[API_FILE_VAR]))):
+            yield
+        return
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=180):
+    with prefect_test_harness(server_startup_timeout=STARTUP):
         yield
 
 
