@@ -479,6 +479,36 @@ def test_pld_calibration_meets_the_target_with_less_noise_than_rdp():
     assert dp_vi.accountant_epsilon(smaller, DELTA, "pld") > 2.0
 
 
+@pytest.mark.parametrize("eps,q,T", [(2.0, 0.2, 50), (3.0, 1.0, 100)])
+def test_the_coarse_then_fine_pld_search_has_the_fine_searchs_precision(eps, q, T):
+    """``calibrated`` searches PLD first at a coarse discretisation; its z is checked at the
+    fine one (the accountant's default, at which the release states its epsilon), and one
+    z a relative 1e-3 below it (the PLD search's precision) exceeds the target there."""
+    dp_vi.calibrated.cache_clear()
+    z, achieved = dp_vi.calibrated(eps, DELTA, q, T, "pld")
+    fine = dp_vi.accountant_epsilon(dp_vi.dp_event(z, q, T), DELTA, "pld")
+    assert achieved == fine <= eps
+    below = dp_vi.dp_event(z / (1 + 1e-3), q, T)
+    assert dp_vi.accountant_epsilon(below, DELTA, "pld") > eps
+    # the search at the fine discretisation alone (from RDP's z, as before) agrees
+    rdp = dp_vi.calibrate_noise_multiplier(eps, DELTA, q, T, "rdp")
+    alone = dp_vi.calibrate_noise_multiplier(eps, DELTA, q, T, "pld", start=rdp)
+    assert z == pytest.approx(alone, rel=1e-3)
+    # a process calibrates the same public parameters once
+    assert dp_vi.calibrated(eps, DELTA, q, T, "pld") == (z, achieved)
+    assert dp_vi.calibrated.cache_info().hits == 1
+
+
+def test_a_search_that_starts_above_its_answer_in_small_steps_still_reaches_it():
+    """From a start 30% above the answer, dividing by 1.001 and squaring the step after
+    each division that still meets the target: the bracket is found in a few steps, and
+    the answer is the one a search from afar gives (to the precision)."""
+    far = dp_vi.calibrate_noise_multiplier(3.0, DELTA, 1.0, 20, "rdp")
+    near = dp_vi.calibrate_noise_multiplier(3.0, DELTA, 1.0, 20, "rdp", start=far * 1.3, step=1.001)
+    assert near == pytest.approx(far, rel=2e-6)
+    assert dp_vi.accountant_epsilon(dp_vi.dp_event(near, 1.0, 20), DELTA, "rdp") <= 3.0
+
+
 @pytest.mark.parametrize("eps,q,T", [(1.0, 1.0, 10), (3.0, 0.1, 200), (0.5, 0.02, 1000)])
 def test_basic_composition_is_never_tighter_than_the_accountant(eps, q, T):
     p = params(eps, sampling_rate=q, iterations=T)

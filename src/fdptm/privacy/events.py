@@ -93,15 +93,24 @@ def accountant_for(event: dict) -> str:
     return "rdp" if {"zcdp", "repeat_and_select"} & _kinds(event) else "pld"
 
 
-def epsilon_of(event: dict, delta: float, accountant: str | None = None) -> float:
-    """The epsilon at ``delta`` of the composed ``event`` under the PLD or RDP accountant.
+PLD_INTERVAL = 1e-4
+"""The PLD accountant's value discretisation interval (dp-accounting's default): the
+pessimistic discretisation makes its epsilon an upper bound at any interval, tighter as the
+interval shrinks and dearer (a T = 100 composition about 0.15 s at 1e-4, 0.015 s at 1e-3)."""
+
+
+def epsilon_of(
+    event: dict, delta: float, accountant: str | None = None, interval: float = PLD_INTERVAL
+) -> float:
+    """The epsilon at ``delta`` of the composed ``event`` under the PLD (discretised at
+    ``interval``) or RDP accountant.
 
     The RDP accountant drops (with an absl warning, silenced here) fractional orders whose
     series does not converge; the minimum over the remaining orders is still a valid bound.
     """
     accountant = accountant or accountant_for(event)
     if accountant == "pld":
-        acc = pld.PLDAccountant()
+        acc = pld.PLDAccountant(value_discretization_interval=interval)
     elif accountant == "rdp":
         acc = rdp.RdpAccountant()
     else:
