@@ -8,12 +8,14 @@ All parts run on ../shared/data/pheme/pheme_clean.json (the paper's preprocessin
 tweets), ingested into a temporary workspace with document-level units, at k = 5 topics
 and 64 shadow models (the paper uses 128):
 
-1. performance: ``fdptm audit --run ID --shadows 64`` on a dp-vi release (epsilon 5, the
-   CLI's defaults) in a fresh interpreter as a user runs it, and handed to a running
-   ``fdptm serve``, in interleaved rounds (``--rounds``; with ``--baseline-python``, the
-   same arms of another checkout's installation in the same rounds): wall time and the
-   peak resident memory of the whole process tree (sampled every 50 ms); then once on one
-   worker and once on a process pool.
+1. performance: ``fdptm audit --run ID --shadows 64`` on an unseeded release of the
+   default M2 (the request model's, epsilon 5, the CLI's defaults) and on one of dp-vi
+   (with its default iterations: issue 30's case, when dp-vi was the default), in a fresh
+   interpreter as a user runs it, and handed to a running ``fdptm serve``, in interleaved
+   rounds (``--rounds``; with ``--baseline-python``, the same arms of another checkout's
+   installation in the same rounds): wall time and the peak resident memory of the whole
+   process tree (sampled every 50 ms); then the default release's audit once on one worker
+   and once on a process pool.
 2. non-private LDA with the full vocabulary (the paper's section 3 set-up): every model is
    non-private collapsed Gibbs sampling on its half with the corpus's whole vocabulary;
    online LiRA on zeta (eq. 3) against the three Huang et al. baselines.
@@ -79,7 +81,12 @@ def _workspace(root: Path):
 
 
 def _release(
-    workspace, eps1: float, eps2: float, mechanism: str, seed: int = 0, iterations: int = 20
+    workspace,
+    eps1: float,
+    eps2: float,
+    mechanism: str,
+    seed: int | None = 0,
+    iterations: int = 20,
 ) -> str:
     from fdptm.flows.release import release
     from fdptm.request import ReleaseRequest
@@ -116,34 +123,52 @@ def default_iterations() -> int:
     return ReleaseRequest.model_fields["iterations"].default
 
 
+def default_mechanism() -> str:
+    """The M2 of a release that does not name one (the request model's default)."""
+    from fdptm.request import ReleaseRequest
+
+    return ReleaseRequest.model_fields["mechanism"].default
+
+
 def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
     """``fdptm audit --shadows 64`` on every core, in a fresh process ("threads") and handed
-    to a running ``fdptm serve`` ("served"), ``n_rounds`` interleaved rounds (with the
-    ``baseline`` interpreter's arms too, when given); then one run each on one worker and
-    on a process pool."""
-    run_id = _release(workspace, 1.25, 3.75, "dp-vi", iterations=default_iterations())
+    to a running ``fdptm serve`` ("served"), of an unseeded release of the default M2 and
+    of dp-vi, ``n_rounds`` interleaved rounds (with the ``baseline`` interpreter's arms
+    too, when given); then the default release's audit once on one worker and once on a
+    process pool."""
+    mechanisms = list(dict.fromkeys([default_mechanism(), "dp-vi"]))
+    runs_of = {
+        m: _release(workspace, 1.25, 3.75, m, seed=None, iterations=default_iterations())
+        for m in mechanisms
+    }
     home = workspace.root.parent / "prefect-home"
     pythons = {"": sys.executable} | ({"baseline ": baseline} if baseline else {})
     cores = str(len(os.sched_getaffinity(0)))
 
-    def audit(python: str, *extra: str, shadows: int = SHADOWS) -> list[str]:
-        argv = ["audit", "--run", run_id, "--shadows", str(shadows), *extra]
+    def audit(python: str, mechanism: str, *extra: str, shadows: int = SHADOWS) -> list[str]:
+        argv = ["audit", "--run", runs_of[mechanism], "--shadows", str(shadows), *extra]
         return [*fdptm_argv(python), *argv, "--workspace", str(workspace.root)]
 
     for python in pythons.values():  # untimed: creates the Prefect database, once per machine
-        measure(audit(python, shadows=2), clean_env(home=home))
+        measure(audit(python, mechanisms[0], shadows=2), clean_env(home=home))
     servers = {label: _Server(python, home) for label, python in pythons.items()}
     try:
 
         def run(arm: str):
-            label, kind = ("baseline ", arm.split()[1]) if arm.startswith("baseline") else ("", arm)
-            argv = audit(pythons[label], "--workers", cores)
+            label = "baseline " if arm.startswith("baseline ") else ""
+            mechanism, kind = arm.removeprefix(label).split()
+            argv = audit(pythons[label], mechanism, "--workers", cores)
             if kind == "served":
                 server = servers[label]
                 return measure(argv, server.env, root=server.pid, interval=0.05)
             return measure(argv, clean_env(home=home), interval=0.05)
 
-        arms = [f"{label}{kind}" for label in pythons for kind in ("threads", "served")]
+        arms = [
+            f"{label}{mechanism} {kind}"
+            for mechanism in mechanisms
+            for label in pythons
+            for kind in ("threads", "served")
+        ]
         runs = rounds(arms, n_rounds, run, lambda m: f"{m.wall:.1f} s")
     finally:
         for server in servers.values():
@@ -151,10 +176,17 @@ def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
     rows = [_row(arm, int(cores), measured, runs) for arm, measured in runs.items()]
     for workers, runner in ((1, "threads"), (int(cores), "processes")):
         extra = ["--workers", str(workers)] + (["--processes"] if runner == "processes" else [])
-        measured = measure(audit(sys.executable, *extra), clean_env(home=home), interval=0.05)
-        rows.append(_row(runner, workers, [measured], runs))
+        argv = audit(sys.executable, mechanisms[0], *extra)
+        measured = measure(argv, clean_env(home=home), interval=0.05)
+        rows.append(_row(f"{mechanisms[0]} {runner}", workers, [measured], runs))
         print(f"audit, {workers} {runner}: {measured.wall:.1f} s", flush=True)
-    return [r | {"run": run_id, "iterations": default_iterations()} for r in rows]
+    return [
+        r
+        | {"run": runs_of[r["arm"].removeprefix("baseline ").split()[0]]}
+        | {"mechanism": r["arm"].removeprefix("baseline ").split()[0]}
+        | {"iterations": default_iterations(), "default": mechanisms[0]}
+        for r in rows
+    ]
 
 
 def _row(arm: str, workers: int, runs: list, every: dict) -> dict:
@@ -164,7 +196,7 @@ def _row(arm: str, workers: int, runs: list, every: dict) -> dict:
     row = {
         "arm": arm,
         "workers": workers,
-        "runner": arm.removeprefix("baseline "),
+        "runner": arm.removeprefix("baseline ").split()[-1],
         "seconds": statistics.median(walls),
         "min": min(walls),
         "max": max(walls),
@@ -384,9 +416,11 @@ def _markdown(results: dict, parts: list[str]) -> str:
         lines += [
             "### Performance: `fdptm audit --shadows 64` end to end (target < 30 s, < 1.5 GB)",
             "",
-            f"A dp-vi release at epsilon 5 with {results['performance'][0]['iterations']}"
-            " iterations (the release's default; the audit's",
-            "shadows train with the release's own settings). The audit",
+            f"An unseeded release at epsilon 5 of the default M2 "
+            f"({results['performance'][0]['default']}, the request model's) and one of dp-vi"
+            f" with its default {results['performance'][0]['iterations']} iterations",
+            "(issue 30's case, when dp-vi was the default); the audit's shadows train with",
+            "the release's own settings. The audit",
             "trains 65 pipeline models and 65 M2-alone models, scores every document under",
             "each and attacks; wall time of the command in a fresh interpreter (Prefect's",
             "temporary server included, its database created beforehand by an untimed audit)",
