@@ -1,7 +1,8 @@
-"""Scale: `fdptm release --mechanism dp-vi --topics 10` against the number of documents.
+"""Scale: `fdptm release --topics 10` (dp-vi, or ``--mechanism``) against the number of documents.
 
     python benchmarks/scale.py                        # 5k, 50k, 500k; writes benchmarks/scale.md
     python benchmarks/scale.py --sizes 10000000 --out /tmp/scale10m
+    python benchmarks/scale.py --sizes 500000 --mechanism biterm   # the default M2
 
 The product issue's targets (issue 13): 10,000,000 documents of about 16 tokens in under 15
 minutes wall and 8 GB peak memory on a 2-core machine; 500,000 in under 40 s with the data
@@ -50,23 +51,30 @@ from harness import at_start, checkpoint, clean_env, measure, save  # noqa: E402
 
 DATASET = "scale"
 TOPICS = 10
-RELEASE = [
-    "release",
-    "--dataset",
-    DATASET,
-    "--epsilon",
-    "3",
-    "--delta",
-    "1e-6",
-    "--mechanism",
-    "dp-vi",
-    "--topics",
-    str(TOPICS),
-    "--iterations",
-    "20",
-    "--no-progress",
-]
-TITLE = "Scale: `fdptm release --mechanism dp-vi --topics 10` against N"
+
+
+def release_argv(mechanism: str) -> list[str]:
+    """The release timed: dp-vi with 20 iterations (the issue's case), or another M2 with
+    its own defaults (``--mechanism``, e.g. the default M2, biterm)."""
+    iterations = ["--iterations", "20"] if mechanism == "dp-vi" else []
+    return [
+        "release",
+        "--dataset",
+        DATASET,
+        "--epsilon",
+        "3",
+        "--delta",
+        "1e-6",
+        "--mechanism",
+        mechanism,
+        "--topics",
+        str(TOPICS),
+        *iterations,
+        "--no-progress",
+    ]
+
+
+TITLE = "Scale: `fdptm release --topics 10` against N (dp-vi unless a run names its M2)"
 TARGETS = "500,000 documents in <= 40 s; 10,000,000 in <= 10 min and <= 8 GB (issue 30)"
 
 
@@ -159,7 +167,7 @@ def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
             f.unlink()
         ingest = time.perf_counter() - t
         print(f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: ingested in {ingest:.1f} s", flush=True)
-        run = measure([str(exe), *RELEASE], env, interval=0.2)
+        run = measure([str(exe), *release_argv(args.mechanism)], env, interval=0.2)
         result = {
             "documents": n_docs,
             "corpus": shape,
@@ -198,7 +206,9 @@ def slopes(results: list[dict]) -> dict:
 
 def render(r: dict) -> str:
     lines = [
-        "Release: `fdptm " + " ".join(RELEASE) + "` (production noise, no seed). Corpus: "
+        "Release: `fdptm "
+        + " ".join(release_argv(r.get("mechanism", "dp-vi")))
+        + "` (production noise, no seed). Corpus: "
         f"synthetic LDA over {r['words']:,} real words, about 16 tokens per document, "
         f"Parquet files of at most {r['docs_per_file']:,} documents, one batch each. "
         "CPU is the release's process tree (CLI, Prefect's API server, workers); "
@@ -245,6 +255,7 @@ def main() -> None:
     parser.add_argument("--docs-per-file", type=int, default=1_000_000)
     parser.add_argument("--out", help="output stem (default benchmarks/scale)")
     parser.add_argument("--note", default="")
+    parser.add_argument("--mechanism", default="dp-vi", help="the M2 released (default dp-vi)")
     args = parser.parse_args()
     started = at_start()
     exe = Path(sys.executable).with_name("fdptm")
@@ -259,6 +270,7 @@ def main() -> None:
             "machine": started,
             "words": args.words,
             "docs_per_file": args.docs_per_file,
+            "mechanism": args.mechanism,
             "results": results,
             "failed": failed,
             "stage_names": list(dict.fromkeys(s for x in results for s in x["stages"])),
