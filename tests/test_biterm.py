@@ -107,6 +107,41 @@ def test_each_unit_adds_its_clipped_pairs_exactly():
         assert int(np.sum(got.astype(object) ** 2)) <= dp_vi.unit_bound(params.clip) ** 2
 
 
+def test_the_statistic_is_the_same_on_one_thread_and_on_ranges_of_units():
+    """``clipped_biterms`` counts consecutive ranges of units, one per usable core, into
+    vectors of their own and adds them: the same integers as one pass over every unit,
+    whether one thread counts one range or every core counts its own (the kernel is
+    watched, and still runs, to see the ranges)."""
+    from fdptm.parallel import threads_at_most, workers
+
+    gen = np.random.default_rng(3)
+    docs = [list(gen.integers(0, 40, gen.integers(0, 14))) for _ in range(3 * 4096 + 17)]
+    authors = list(gen.integers(0, 9000, len(docs)))
+    corpus = _corpus(docs, 40, authors)
+    params = _params(window=5, clip=1.5, adjacency=Adjacency.AUTHOR)
+    whole = _sums(corpus, params)
+    assert whole.any()
+    ranges: list[tuple[int, int]] = []
+    counted = biterm.kernel.clipped_pair_sums
+
+    def watched(unit_ptr, *rest):
+        ranges.append((int(unit_ptr[0]), int(unit_ptr[-1])))
+        counted(unit_ptr, *rest)
+
+    unit_ptr, _ = dp_vi.unit_layout(corpus, params.adjacency)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(biterm.kernel, "clipped_pair_sums", watched)
+        patch.setattr(biterm, "_UNITS_PER_RANGE", 1)
+        for threads in (1, workers()):
+            ranges.clear()
+            with threads_at_most(threads):
+                assert np.array_equal(biterm.clipped_biterms(corpus, params), whole)
+            assert len(ranges) == min(threads, biterm._MAX_RANGES)
+            starts, stops = zip(*sorted(ranges), strict=True)  # consecutive, every unit once
+            assert starts[0] == 0 and stops[-1] == unit_ptr[-1]
+            assert list(starts[1:]) == list(stops[:-1])
+
+
 def test_adding_an_author_moves_the_sum_by_that_authors_term_alone():
     """The sensitivity argument: neighbours differ by exactly one clipped term (L2 at most
     floor(C / g) grid units), and the sum does not depend on the units' order."""

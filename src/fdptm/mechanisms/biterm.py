@@ -117,7 +117,7 @@ from fdptm.mechanisms.dp_vi import (
 )
 from fdptm.mechanisms.guarantee import Guarantee
 from fdptm.mechanisms.lda import Corpus
-from fdptm.parallel import workers
+from fdptm.parallel import each_chunk, workers
 from fdptm.privacy import events
 from fdptm.privacy.accountant import check_delta, check_epsilon
 from fdptm.privacy.adjacency import Adjacency
@@ -275,29 +275,55 @@ def check_vocabulary(params: BitermParams, n_words: int) -> None:
         )
 
 
+_MAX_RANGES = 8
+"""The most unit ranges ``clipped_biterms`` counts at once, each into a vector of its own
+(up to ``MAX_PAIRS`` int64 values, 40 MB)."""
+_UNITS_PER_RANGE = 4096
+"""The fewest units a range gets: below that, a second vector costs more than it saves."""
+
+
 def clipped_biterms(corpus: Corpus, params: BitermParams) -> np.ndarray:
     """B (module docstring, steps 1-2): the exact sum of the units' clipped pair counts in
     integer units of ``statistic_grid(C)``, one entry per pair position.
+
+    The units are counted in consecutive ranges, one per usable core (up to
+    ``_MAX_RANGES``; ``kernel.clipped_pair_sums`` releases the GIL), each into its own
+    int64 vector, and the vectors added: every unit's term is the same integers whichever
+    range counts it, and integer sums do not depend on their order, so B is the same bits
+    on any number of threads (at 500,000 synthetic documents the counting was about 4 s on
+    one thread, ``benchmarks/scale.md``).
 
     NOT private on its own: this is the statistic before the noise (``fdptm plan`` also
     runs it on its synthetic, public corpora)."""
     check_corpus(corpus)
     unit_ptr, unit_docs = unit_layout(corpus, params.adjacency)
+    doc_ptr = np.ascontiguousarray(corpus.doc_ptr, dtype=np.int64)
+    words = np.ascontiguousarray(corpus.words, dtype=np.int64)
     grid = statistic_grid(params.clip)
     bound = unit_bound(params.clip)
-    stats = np.zeros(pair_positions(corpus.n_words), dtype=np.int64)
-    kernel.clipped_pair_sums(
-        unit_ptr,
-        unit_docs,
-        np.ascontiguousarray(corpus.doc_ptr, dtype=np.int64),
-        np.ascontiguousarray(corpus.words, dtype=np.int64),
-        np.int64(corpus.n_words),
-        np.int64(params.window),
-        params.clip,
-        1.0 / grid,
-        bound**2,
-        stats,
-    )
+    n_units = unit_ptr.shape[0] - 1
+    ranges = max(1, min(workers(), _MAX_RANGES, n_units // _UNITS_PER_RANGE))
+    edges = np.linspace(0, n_units, ranges + 1).astype(np.int64)
+    partials = [np.zeros(pair_positions(corpus.n_words), dtype=np.int64) for _ in range(ranges)]
+
+    def count(r: int) -> None:
+        kernel.clipped_pair_sums(
+            unit_ptr[edges[r] : edges[r + 1] + 1],
+            unit_docs,
+            doc_ptr,
+            words,
+            np.int64(corpus.n_words),
+            np.int64(params.window),
+            params.clip,
+            1.0 / grid,
+            bound**2,
+            partials[r],
+        )
+
+    each_chunk(count, ranges)
+    stats = partials[0]
+    for partial in partials[1:]:
+        stats += partial
     return stats
 
 
