@@ -184,7 +184,8 @@ def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
         r
         | {"run": runs_of[r["arm"].removeprefix("baseline ").split()[0]]}
         | {"mechanism": r["arm"].removeprefix("baseline ").split()[0]}
-        | {"iterations": default_iterations(), "default": mechanisms[0]}
+        | {"default": mechanisms[0]}
+        | {"iterations": default_iterations() if "dp-vi" in r["arm"] else None}
         for r in rows
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,8 +33,9 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # to start by default; a busy CI machine can need more.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(STARTUP))
 # A Prefect home of the session's own, not the developer's: the database of the temporary
-# API servers of CLI subprocesses (the xdist workers inherit the controlling process's, so
-# their servers share one database, migrated once).
+# API servers of CLI subprocesses. The xdist workers inherit the controlling process's, so
+# their servers share one database (Prefect's migration lock is per process: two servers
+# starting on it at once, before it is migrated, could race).
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="fdptm-tests-prefect-"))
 
 # Import prefect.main (which sets up Prefect's console log handler) now, while sys.stderr is
@@ -130,14 +132,16 @@ _HARNESS = pytest.StashKey[SharedHarness]()
 
 def pytest_configure(config):
     """In pytest-xdist's controlling process: start the session's one Prefect test API
-    (``prefect_api``) for the workers it is about to start."""
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+    (``prefect_api``) for the workers it is about to start. A session without workers
+    starts its own harness when a test needs it, never an outer session's API."""
+    if hasattr(config, "workerinput"):
         return
-    if config.getoption("dist", "no") == "no":
+    if not config.getoption("numprocesses", None) or config.getoption("dist", "no") == "no":
+        os.environ.pop(API_FILE_VAR, None)
         return
     harness = SharedHarness(Path(tempfile.mkdtemp(prefix="fdptm-tests-api-")) / "api")
+    os.environ[API_FILE_VAR] = str(harness.file)  # before the thread reads the environment
     harness.start()
-    os.environ[API_FILE_VAR] = str(harness.file)
     config.stash[_HARNESS] = harness
 
 
@@ -145,6 +149,7 @@ def pytest_unconfigure(config):
     harness = config.stash.get(_HARNESS, None)
     if harness is not None:
         harness.stop()
+        shutil.rmtree(harness.file.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -196,6 +196,7 @@ def test_prefect_artifact_summarises_the_release(released):
     versions under that key too, so the test finds this release's among them)."""
     from prefect import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     from fdptm.flows.release import artifact_key
 
@@ -203,7 +204,9 @@ def test_prefect_artifact_summarises_the_release(released):
     assert artifact_key("My_Data.v2") == "fdptm-release-my-data-v2"
     key = ArtifactFilter(key=ArtifactFilterKey(any_=[artifact_key("pheme")]))
     with get_client(sync_client=True) as client:
-        versions = client.read_artifacts(artifact_filter=key)
+        versions = client.read_artifacts(
+            artifact_filter=key, sort=ArtifactSort.CREATED_DESC, limit=200
+        )
     (artifact,) = [a for a in versions if out["run_id"] in a.data]
     assert "**word-level**" in artifact.data
     for t in out["topics"]:
