@@ -525,8 +525,9 @@ def test_a_search_that_starts_above_its_answer_in_small_steps_still_reaches_it(m
     assert near == pytest.approx(far, rel=2e-6)
     assert len(calls) < 40
     assert counted(dp_vi.dp_event(near, 1.0, 20), DELTA, "rdp") <= 3.0
-    with pytest.raises(ValueError, match="step must exceed 1"):
-        dp_vi.calibrate_noise_multiplier(3.0, DELTA, 1.0, 20, "rdp", step=1.0)
+    for bad in ({"step": 1.0}, {"start": 0.0}, {"precision": 0.0}):
+        with pytest.raises(ValueError, match="must exceed"):
+            dp_vi.calibrate_noise_multiplier(3.0, DELTA, 1.0, 20, "rdp", **bad)
 
 
 @pytest.mark.parametrize("eps,q,T", [(1.0, 1.0, 10), (3.0, 0.1, 200), (0.5, 0.02, 1000)])

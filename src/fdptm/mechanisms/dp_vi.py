@@ -487,8 +487,10 @@ def calibrate_noise_multiplier(
     always meets the target (hi only ever moves to values where that was checked).
     epsilon(z) is non-increasing. ``interval``: the PLD accountant's discretisation.
     """
-    if not step > 1.0 or (precision is not None and not precision > 0.0):
-        raise ValueError(f"step must exceed 1 and precision 0, got {step} and {precision}")
+    if not (start > 0.0 and step > 1.0) or (precision is not None and not precision > 0.0):
+        raise ValueError(
+            f"start and precision must exceed 0 and step 1, got {start}, {precision}, {step}"
+        )
     precision = _RELATIVE_PRECISION[accountant] if precision is None else precision
 
     def eps(z: float) -> float:
