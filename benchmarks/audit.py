@@ -116,30 +116,18 @@ def _bounded(workspace, run_id: str):
     return read_parquet(workspace.root / row["path"], row["sha256"])
 
 
-def default_iterations() -> int:
-    """M2's iterations when a release does not say (the request model's default)."""
-    from fdptm.request import ReleaseRequest
-
-    return ReleaseRequest.model_fields["iterations"].default
-
-
-def default_mechanism() -> str:
-    """The M2 of a release that does not name one (the request model's default)."""
-    from fdptm.request import ReleaseRequest
-
-    return ReleaseRequest.model_fields["mechanism"].default
-
-
 def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
     """``fdptm audit --shadows 64`` on every core, in a fresh process ("threads") and handed
     to a running ``fdptm serve`` ("served"), of an unseeded release of the default M2 and
     of dp-vi, ``n_rounds`` interleaved rounds (with the ``baseline`` interpreter's arms
     too, when given); then the default release's audit once on one worker and once on a
     process pool."""
-    mechanisms = list(dict.fromkeys([default_mechanism(), "dp-vi"]))
+    from fdptm.request import default
+
+    mechanisms = list(dict.fromkeys([default("mechanism"), "dp-vi"]))
+    iterations = default("iterations")
     runs_of = {
-        m: _release(workspace, 1.25, 3.75, m, seed=None, iterations=default_iterations())
-        for m in mechanisms
+        m: _release(workspace, 1.25, 3.75, m, seed=None, iterations=iterations) for m in mechanisms
     }
     home = workspace.root.parent / "prefect-home"
     pythons = {"": sys.executable} | ({"baseline ": baseline} if baseline else {})
@@ -182,10 +170,11 @@ def performance(workspace, n_rounds: int, baseline: str | None) -> list[dict]:
         print(f"audit, {workers} {runner}: {measured.wall:.1f} s", flush=True)
     return [
         r
-        | {"run": runs_of[r["arm"].removeprefix("baseline ").split()[0]]}
-        | {"mechanism": r["arm"].removeprefix("baseline ").split()[0]}
-        | {"default": mechanisms[0]}
-        | {"iterations": default_iterations() if "dp-vi" in r["arm"] else None}
+        | {
+            "run": runs_of[r["mechanism"]],
+            "default": mechanisms[0],
+            "iterations": iterations if r["mechanism"] == "dp-vi" else None,
+        }
         for r in rows
     ]
 
@@ -197,6 +186,7 @@ def _row(arm: str, workers: int, runs: list, every: dict) -> dict:
     row = {
         "arm": arm,
         "workers": workers,
+        "mechanism": arm.removeprefix("baseline ").split()[0],
         "runner": arm.removeprefix("baseline ").split()[-1],
         "seconds": statistics.median(walls),
         "min": min(walls),
@@ -414,12 +404,14 @@ def _markdown(results: dict, parts: list[str]) -> str:
         "",
     ]
     if "performance" in parts:
+        performance = results["performance"]
+        iterations = next(r["iterations"] for r in performance if r["iterations"])
         lines += [
             "### Performance: `fdptm audit --shadows 64` end to end (target < 30 s, < 1.5 GB)",
             "",
             f"An unseeded release at epsilon 5 of the default M2 "
-            f"({results['performance'][0]['default']}, the request model's) and one of dp-vi"
-            f" with its default {results['performance'][0]['iterations']} iterations",
+            f"({performance[0]['default']}, the request model's) and one of dp-vi"
+            f" with its default {iterations} iterations",
             "(issue 30's case, when dp-vi was the default); the audit's shadows train with",
             "the release's own settings. The audit",
             "trains 65 pipeline models and 65 M2-alone models, scores every document under",
@@ -433,7 +425,7 @@ def _markdown(results: dict, parts: list[str]) -> str:
             "peak RSS (MB) |",
             "|---|---|---|---|---|---|---|",
         ]
-        for r in results["performance"]:
+        for r in performance:
             ratio = r.get("ratio_to_baseline")
             lines.append(
                 f"| {r['arm']} | {r['workers']} | {r['n']} | {r['seconds']:.1f} | "
