@@ -18,6 +18,7 @@ from fdptm.evaluation.significance import DEFAULT_ALPHA, PairEvidence
 from fdptm.kernels import biterm as kernel
 from fdptm.mechanisms import biterm, dp_vi
 from fdptm.mechanisms.lda import Corpus
+from fdptm.parallel import threads_at_most, workers
 from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import NoiseSource
 
@@ -112,7 +113,6 @@ def test_the_statistic_is_the_same_on_one_thread_and_on_ranges_of_units():
     vectors of their own and adds them: the same integers as one pass over every unit,
     whether one thread counts one range or every core counts its own (the kernel is
     watched, and still runs, to see the ranges)."""
-    from fdptm.parallel import threads_at_most, workers
 
     gen = np.random.default_rng(3)
     docs = [list(gen.integers(0, 40, gen.integers(0, 14))) for _ in range(3 * 4096 + 17)]
@@ -410,11 +410,51 @@ def _reference_em(rows, cols, weights, n_words, params, generator, public_topics
     return best
 
 
-@pytest.mark.parametrize(("n_pairs", "prior"), [(3000, False), (3000, True), (0, False)])
-def test_the_compiled_em_is_the_numpy_em(n_pairs, prior, monkeypatch):
+def test_em_ranges_keep_the_callers_thread_share(monkeypatch):
+    """The starts run on threads of their own in copies of the caller's context, so an
+    audit's ``threads_at_most(1)`` holds for every pass's ranges (one thread); without a
+    share a pass takes the cores the unfinished starts leave: one while 5 starts share 2
+    or more cores, every usable core for the last."""
+    rng = np.random.default_rng(4)
+    rows, cols = np.sort(rng.integers(0, 30, (2, 2000)), axis=0)
+    weights = rng.exponential(1.0, 2000)
+    params = biterm.biterm_params(
+        2.0,
+        1e-6,
+        n_topics=3,
+        adjacency=Adjacency.DOCUMENT,
+        max_docs_per_author=1,
+        em_iterations=3,
+    )
+    seen: list[int] = []
+    split = biterm.each_chunk
+
+    def watched(work, chunks, threads):
+        seen.append(threads)
+        split(work, chunks, threads)
+
+    monkeypatch.setattr(biterm, "each_chunk", watched)
+    monkeypatch.setattr(biterm, "_PAIRS_PER_CHUNK", 500)
+    with threads_at_most(1):
+        biterm.fit_biterms(rows, cols, weights, 30, params, np.random.default_rng(1))
+    assert seen and set(seen) == {1}
+    seen.clear()
+    biterm.fit_biterms(rows, cols, weights, 30, params, np.random.default_rng(1))
+    assert seen[0] == max(1, workers() // params.restarts) and seen[-1] == workers()
+
+
+@pytest.mark.parametrize(
+    ("n_pairs", "prior", "per_chunk"),
+    [(3000, False, None), (3000, True, None), (0, False, None), (3000, False, 256)],
+)
+def test_the_compiled_em_is_the_numpy_em(n_pairs, prior, per_chunk, monkeypatch):
     """The fused EM pass and the restarts on threads give the fit the numpy EM gives (to
     rounding: the objective is summed in another order), leave the generator where it
-    left it, and give the same bits on 1 and 2 threads."""
+    left it, and give the same bits on 1 and 2 threads; also with each pass split into
+    ranges of pairs (``per_chunk`` pairs at least: 8 ranges here)."""
+    if per_chunk is not None:
+        monkeypatch.setattr(biterm, "_PAIRS_PER_CHUNK", per_chunk)
+        assert biterm._em_chunks(n_pairs) == biterm._EM_CHUNKS
     rng = np.random.default_rng(8)
     n_words = 60
     rows, cols = np.sort(rng.integers(0, n_words, (2, n_pairs)), axis=0)
