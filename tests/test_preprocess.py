@@ -18,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
+from fdptm import pre
 from fdptm.errors import BadInputError
+from fdptm.parallel import workers
 from fdptm.storage.artifacts import file_sha256
 from fdptm.tasks.preprocess import (
     TOKENS_SCHEMA,
@@ -139,6 +141,26 @@ def test_vectorised_pre_equals_the_per_document_rules_on_real_tweets():
     assert preprocess_texts(texts) == [_per_document(t) for t in texts]
     cfg = PreConfig(min_len=2, max_len=8, strip_urls=False, strip_mentions=False)
     assert preprocess_texts(texts, cfg) == [_per_document(t, cfg) for t in texts]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_letter_runs_in_slices_on_threads_equal_the_per_document_rules(threads, monkeypatch):
+    """The runs of letters cut into slices of 100 PHEME tweets (one per usable core, here 1
+    or 2) are done on threads and put back in order: every tweet gets the per-document
+    reference's tokens."""
+    texts = json.loads(PHEME_RAW.read_text())["text"]
+    slices: list[int] = []
+    split = pre.each_chunk
+
+    def watched(work, chunks):
+        slices.append(chunks)
+        split(work, chunks)
+
+    monkeypatch.setenv("FDPTM_THREADS", threads)
+    monkeypatch.setattr(pre, "_DOCS_PER_SLICE", 100)
+    monkeypatch.setattr(pre, "each_chunk", watched)
+    assert preprocess_texts(texts) == [_per_document(t) for t in texts]
+    assert set(slices) == {min(workers(), len(texts) // 100)}
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
