@@ -24,12 +24,14 @@ from fdptm.privacy.adjacency import Adjacency
 from fdptm.privacy.noise import (
     EXACT_GRID_LAPLACE,
     EXACT_INTEGER_GAUSSIAN,
+    EXACT_INTEGER_LAPLACE,
     GRID_EXPONENT,
     NUMPY_GAUSSIAN,
     NUMPY_LAPLACE,
     OPENDP_GAUSSIAN,
     OPENDP_GRID_LAPLACE,
     OPENDP_INTEGER_GAUSSIAN,
+    OPENDP_INTEGER_LAPLACE,
     OPENDP_LAPLACE,
     OPENDP_QUANTILE,
     OPENDP_ROUNDED_GAUSSIAN,
@@ -186,12 +188,35 @@ def test_integer_gaussian_adds_integers_of_the_stated_scale_to_exact_sums(sample
     assert stats.kstest(seeded, stats.norm(scale=2.0).cdf).pvalue > ALPHA
 
 
+@pytest.mark.parametrize("sampler", ["exact", "opendp"])
+def test_integer_laplace_adds_integers_of_the_stated_scale_to_exact_sums(sampler):
+    """The integer Laplace (DP set union's histograms): integers come back as integers,
+    the residuals are Laplace at the stated scale (KS at ALPHA; the discrete Laplace of
+    scale 400 is within about 1/1600 of Laplace(400) in CDF at the integers, far below the KS
+    statistic's critical value at N_DRAWS), the promised epsilon holds (OpenDP's map, or
+    the exact sampler's scale one ulp up), and float input is refused."""
+    noise = NoiseSource.create(None, sampler=sampler)
+    x = np.random.default_rng(5).integers(-(10**6), 10**6, N_DRAWS)
+    y = noise.add_integer_laplace(x, 400.0, 3)
+    assert y.dtype == np.float64 and np.array_equal(y, np.round(y))
+    assert stats.kstest(y - x, stats.laplace(scale=400.0).cdf).pvalue > ALPHA
+    used = EXACT_INTEGER_LAPLACE if sampler == "exact" else OPENDP_INTEGER_LAPLACE
+    assert noise.draws == {used: N_DRAWS}
+    (call,) = noise.rounded
+    assert (call["sensitivity"], call["scale"], call["size"]) == (3, 400.0, N_DRAWS)
+    assert_rounded_call_keeps_its_promise(call)
+    with pytest.raises(TypeError, match="int64"):
+        noise.add_integer_laplace(np.ones(3), 1.0, 1)
+    seeded = NoiseSource.create(5).add_integer_laplace(np.zeros(N_DRAWS, np.int64), 2.0, 1)
+    assert stats.kstest(seeded, stats.laplace(scale=2.0).cdf).pvalue > ALPHA
+
+
 def assert_rounded_call_keeps_its_promise(call: dict) -> None:
     """OpenDP's map of the measurement a rounded draw actually used, at the stated
     sensitivity, is at most the loss promised at the scale asked for; fdptm's exact sampler
     draws at exactly the scale asked for (its rho is CKS Theorem 14's at that scale)."""
     s, scale = call["sensitivity"], call["scale"]
-    if call["sampler"] == EXACT_INTEGER_GAUSSIAN:
+    if call["sampler"] in (EXACT_INTEGER_GAUSSIAN, EXACT_INTEGER_LAPLACE):
         assert call["used"] == math.nextafter(scale, math.inf)
         return
     gaussian = call["sampler"] in (OPENDP_ROUNDED_GAUSSIAN, OPENDP_INTEGER_GAUSSIAN)
@@ -238,10 +263,12 @@ def test_unseeded_source_is_opendp_and_chacha():
     assert d["sampler"] == f"fdptm exact samplers and OpenDP {version('opendp')}, unseeded"
     assert OPENDP_LAPLACE in d["laplace"] and OPENDP_GAUSSIAN in d["gaussian"]
     assert EXACT_INTEGER_GAUSSIAN in d["integer_gaussian"]
+    assert EXACT_INTEGER_LAPLACE in d["integer_laplace"]
     assert "ChaCha20" in d["noise_randomness"] and "OpenSSL" in d["noise_randomness"]
     reference = NoiseSource.create(None, sampler="opendp").describe()
     assert reference["sampler"].startswith(f"OpenDP {version('opendp')} ")
     assert OPENDP_INTEGER_GAUSSIAN in reference["integer_gaussian"]
+    assert OPENDP_INTEGER_LAPLACE in reference["integer_laplace"]
     assert "ChaCha (20 rounds)" in d["other_randomness"] and "os.urandom" in d["other_randomness"]
 
 
@@ -371,17 +398,37 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
             assert call["sensitivity"] / call["scale"] <= 1.0 / params.noise_multiplier
 
 
-@pytest.mark.parametrize("policy", ["weighted", "policy-laplace", "policy-gaussian"])
-def test_dp_set_union_noises_every_candidate_through_opendp(policy):
-    """Authors with fewer words than Delta0 (max_items): every item is a candidate."""
+@pytest.mark.parametrize(
+    ("policy", "source"),
+    [
+        ("weighted", "exact"),
+        ("weighted", "opendp"),
+        ("uniform-laplace", "exact"),
+        ("policy-laplace", "exact"),
+        ("policy-gaussian", "exact"),
+    ],
+)
+def test_dp_set_union_noises_every_candidate_through_a_safe_sampler(policy, source):
+    """Authors with fewer words than Delta0 (max_items): every item is a candidate. The
+    integer policies noise their integer histogram with the exact discrete Laplace
+    (fdptm's, or OpenDP's on i64) at 1/(eps g) grid units for sensitivity 1/g units; the
+    others OpenDP's float samplers."""
     rng = np.random.default_rng(3)
     authors = np.repeat(np.arange(300), 4)
     items = rng.integers(0, 80, authors.size)
     table = author_items(authors, items, 80)
-    noise = NoiseSource.create(None)
-    select(table, set_union_params(policy, 1.0, 1e-6, max_items=10), noise)
-    sampler = OPENDP_GAUSSIAN if policy == "policy-gaussian" else OPENDP_LAPLACE
+    noise = NoiseSource.create(None, sampler=source)
+    params = set_union_params(policy, 1.0, 1e-6, max_items=10)
+    select(table, params, noise)
+    sampler = {
+        "policy-gaussian": OPENDP_GAUSSIAN,
+        "policy-laplace": OPENDP_LAPLACE,
+    }.get(policy, EXACT_INTEGER_LAPLACE if source == "exact" else OPENDP_INTEGER_LAPLACE)
     assert noise.draws == {sampler: len(np.unique(items))}
+    for call in noise.rounded:
+        assert (call["sensitivity"], call["scale"]) == (params.grid, params.grid / 1.0)
+        assert_rounded_call_keeps_its_promise(call)
+    assert bool(noise.rounded) == (params.grid is not None)
 
 
 def test_private_clip_and_tuning_release_through_safe_samplers_when_unseeded(corpus):

@@ -82,10 +82,12 @@ import pytest
 from scipy import stats
 
 from fdptm.mechanisms.dp_vi import sample_units, statistic_grid, unit_bound
+from fdptm.mechanisms.set_union import WEIGHT_GRID
 from fdptm.privacy import quantile
 from fdptm.privacy.noise import (
     EXACT_GRID_LAPLACE,
     EXACT_INTEGER_GAUSSIAN,
+    EXACT_INTEGER_LAPLACE,
     NUMPY_GAUSSIAN,
     NUMPY_GRID_LAPLACE,
     NUMPY_LAPLACE,
@@ -93,6 +95,7 @@ from fdptm.privacy.noise import (
     OPENDP_GAUSSIAN,
     OPENDP_GRID_LAPLACE,
     OPENDP_INTEGER_GAUSSIAN,
+    OPENDP_INTEGER_LAPLACE,
     OPENDP_LAPLACE,
     OPENDP_ROUNDED_GAUSSIAN,
     OPENDP_ROUNDED_LAPLACE,
@@ -205,6 +208,7 @@ SIGMA = 0.7
 CLIP = 2.0  # dp-vi's default C; its integer statistic is noised at z C / g in grid units g
 DP_VI_SCALE = 28.898781223087017 * CLIP / statistic_grid(CLIP)  # z of PHEME at eps 3, T 100
 GRID_SCALE = 2.0
+M1_UNITS_SCALE = M1_SCALE * WEIGHT_GRID  # M1's integer policies: 1/eps in grid units
 
 
 def floats(size: int, seed: int) -> np.ndarray:
@@ -277,6 +281,17 @@ NOISE_CASES = {
         lambda source, size: source.grid_laplace(GRID_SCALE, size),
         Law(stats.laplace(scale=GRID_SCALE)),
         (EXACT_GRID_LAPLACE, NUMPY_GRID_LAPLACE),
+        "exact",
+    ),
+    "integer-laplace": NoiseCase(
+        _added("add_integer_laplace", integers, M1_UNITS_SCALE, WEIGHT_GRID),
+        Law(stats.laplace(scale=M1_UNITS_SCALE)),
+        (OPENDP_INTEGER_LAPLACE, NUMPY_LAPLACE),
+    ),
+    "integer-laplace-exact": NoiseCase(
+        _added("add_integer_laplace", integers, M1_UNITS_SCALE, WEIGHT_GRID),
+        Law(stats.laplace(scale=M1_UNITS_SCALE)),
+        (EXACT_INTEGER_LAPLACE, NUMPY_LAPLACE),
         "exact",
     ),
 }

@@ -16,23 +16,27 @@ from numba import njit, prange
 
 
 @njit(cache=True, nogil=True)
-def weighted_greedy(order, offsets, items, gamma, hist):
+def weighted_greedy(order, offsets, items, gamma, budget, hist):
     """Carvalho et al.: fill each author's items, in the author's own order, up to gamma.
 
     ``items`` of an author are pre-sorted by the author's own count (most frequent first).
-    The author spends an l1 budget of 1, topping items up to the cut-off in that order.
+    The author spends an l1 budget of ``budget``, topping items up to the cut-off in that
+    order. In exact integer arithmetic (int64 ``hist``, ``gamma`` and ``budget``: weights
+    in grid units, ``fdptm.mechanisms.set_union``): every step is a min, a difference or
+    a sum of integers, so the update is exactly the one the contraction argument is about,
+    with no rounding.
     """
     for a in order:
-        budget = 1.0
+        left = budget
         for j in range(offsets[a], offsets[a + 1]):
             u = items[j]
             gap = gamma - hist[u]
-            if gap <= 0.0:
+            if gap <= 0:
                 continue
-            add = gap if gap < budget else budget
+            add = gap if gap < left else left
             hist[u] += add
-            budget -= add
-            if budget <= 0.0:
+            left -= add
+            if left <= 0:
                 break
 
 

@@ -58,6 +58,30 @@ Three policies (FDPTM paper refs [7] and [13]):
 For the two policies of Gopi et al. and the uniform ones every candidate word has positive
 weight, so noising all candidates is the same as noising the support, as in their algorithm.
 
+Exact arithmetic (``weighted`` and ``uniform-laplace``, ``INTEGER_POLICIES``). The
+histogram is int64 in units of g = 1/WEIGHT_GRID (2^-20): an author's budget is 1/g units,
+the cut-off Gamma is rounded up to the grid (any Gamma >= 1 keeps the one-new-word
+argument), and the greedy update runs on integers, so each step is exact and the
+contraction argument (l1 sensitivity 1, i.e. 1/g units, on the shared candidates) holds
+for the histogram computed, not for an idealised one that floating point approximates.
+The noise is the discrete Laplace of scale t >= b/g on those integers (b = 1/epsilon;
+``NoiseSource.add_integer_laplace``: fdptm's exact sampler one ulp above b/g, or OpenDP's
+on i64 2^-30 above), epsilon-DP at l1 sensitivity 1/g (the pmf ratio at distance d is
+exp(d / t) at most). A candidate is released when its noisy integer exceeds R units.
+The delta part: for m >= 1, P[X >= m] = exp(-m / t) / (1 + exp(-1 / t)) < exp(-(m - 1) / t)
+/ 2, so a word of w <= 1/g units is released with probability P[X >= R - w + 1] <
+exp(-eps_t (R g - w g)) / 2 with eps_t = 1 / (t g) >= eps (1 - 2^-30): the continuous tail
+the bounds above use, at eps_t. So R is the threshold formula's rho evaluated at
+eps (1 - 2^-29) (which holds for every eps_t above it, the formula decreasing in epsilon),
+at delta (1 - DELTA_SLACK), rounded up to the grid, plus one unit. The unit covers the
+formula's floating-point error (a few ulps of rho) while rho < 2^30; above that eps rho is
+at most ln(Delta0) + 746 (rho that large needs a tiny epsilon), so the error moves the tail by
+a factor below 1 + 2^-40, which DELTA_SLACK (2^-20) covers. ``uniform-laplace``'s bound is
+the product over the added author's t unique items, each carrying at most 1/t of the
+budget (floor(1/(g s)) units, s >= t), with per-item probability 1 - (1 - delta)^(1/t),
+which delta (1 - DELTA_SLACK) only lowers. The noisy integers and R are compared exactly
+(both below 2^53 in f64), so no rounding enters the released set.
+
 alpha = 3 by default (Carvalho et al.; FDPTM section 4.4). Authors are visited in a
 uniformly random order, which does not depend on the data.
 
@@ -87,6 +111,15 @@ from fdptm.privacy.noise import NoiseSource
 
 UNIFORM_POLICIES = ("uniform-laplace", "uniform-gaussian")
 POLICIES = ("weighted", "policy-laplace", "policy-gaussian", *UNIFORM_POLICIES)
+INTEGER_POLICIES = ("weighted", "uniform-laplace")
+"""The policies whose histogram is exact integers of 1/WEIGHT_GRID and whose noise is the
+discrete Laplace on those integers (module docstring, "Exact arithmetic")."""
+WEIGHT_GRID = 1 << 20
+"""Weights of the integer policies (and ``uniform-gaussian``'s) are multiples of
+1/WEIGHT_GRID, summed as integers."""
+DELTA_SLACK = 2.0**-20
+"""The integer policies' threshold is computed for delta (1 - DELTA_SLACK), a margin for
+the floating-point error of the threshold formula (module docstring, "Exact arithmetic")."""
 MAX_LAPLACE_DELTA = 0.5
 PARAMETER_CONSTRAINTS = {
     "policy": param(OneOf(POLICIES), what="the set-union policy"),
@@ -110,6 +143,10 @@ class SetUnionParams:
     """The cut-off of the sequential policies (None for the uniform ones: no cut-off)."""
     noise: str
     noise_scale: float
+    grid: int | None = None
+    """Integer policies: weights, rho and gamma are multiples of 1/grid, the histogram is
+    exact integers of 1/grid and the noise the discrete Laplace of scale noise_scale x grid
+    on them (None: floating point)."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -184,23 +221,52 @@ def set_union_params(
     params state, less delta than it was given, never an unproven threshold.
     """
     uniform = policy in UNIFORM_POLICIES
-    if uniform and max_items > UNIFORM_GRID:
+    if uniform and max_items > WEIGHT_GRID:
         raise BadInputError(
-            f"the uniform policies keep at most {UNIFORM_GRID} items per author (each kept "
+            f"the uniform policies keep at most {WEIGHT_GRID} items per author (each kept "
             f"item must get a positive weight on their grid), got {max_items}"
         )
     if policy in ("weighted", "policy-laplace", "uniform-laplace"):
         delta = min(delta, MAX_LAPLACE_DELTA)
         threshold = weighted_threshold if policy == "weighted" else laplace_threshold
-        rho = threshold(epsilon, delta, max_items)
-        gamma = None if uniform else rho + alpha / epsilon
+        if policy not in INTEGER_POLICIES:
+            rho = threshold(epsilon, delta, max_items)
+            gamma = rho + alpha / epsilon
+            return SetUnionParams(
+                policy, epsilon, delta, alpha, max_items, rho, gamma, "laplace", 1.0 / epsilon
+            )
+        tail_epsilon = epsilon * (1.0 - 2.0**-29)
+        rho = _on_grid(threshold(tail_epsilon, delta * (1.0 - DELTA_SLACK), max_items))
+        rho += 1.0 / WEIGHT_GRID
+        gamma = None if uniform else _on_grid(rho + alpha / epsilon)
         return SetUnionParams(
-            policy, epsilon, delta, alpha, max_items, rho, gamma, "laplace", 1.0 / epsilon
+            policy,
+            epsilon,
+            delta,
+            alpha,
+            max_items,
+            rho,
+            gamma,
+            "laplace",
+            1.0 / epsilon,
+            WEIGHT_GRID,
         )
     sigma = analytic_gaussian_sigma(epsilon, delta / 2.0)
     rho = gaussian_threshold(sigma, delta, max_items)
     gamma = None if uniform else rho + alpha * sigma
     return SetUnionParams(policy, epsilon, delta, alpha, max_items, rho, gamma, "gaussian", sigma)
+
+
+def _on_grid(value: float) -> float:
+    """``value`` rounded up to a multiple of 1/WEIGHT_GRID (exact: a power-of-two scaling,
+    an integer ceiling, and a quotient below 2^53 in grid units)."""
+    units = math.ceil(value * WEIGHT_GRID)
+    if units >= 2**53:
+        raise BadInputError(
+            f"DP set union's threshold {value:.3g} is too large for exact integer weights; "
+            "raise M1's epsilon or delta"
+        )
+    return units / WEIGHT_GRID
 
 
 @dataclass(frozen=True)
@@ -318,10 +384,6 @@ def _limit(limit: int | None) -> int:
     return -1 if limit is None else int(limit)
 
 
-UNIFORM_GRID = 1 << 20
-"""The uniform policies' weights are multiples of 1/UNIFORM_GRID, summed as integers."""
-
-
 _NO_KEY = np.zeros(4, dtype=np.uint64)
 """The key ``truncated`` gets where the policy draws nothing (most frequent first)."""
 
@@ -355,7 +417,7 @@ def uniform_weights(
     part: UnitRange | AuthorItems, policy: str, limit: int, tiebreak: np.ndarray
 ) -> np.ndarray:
     """The histogram of the uniform policies over ``part``'s authors, in units of
-    1/UNIFORM_GRID (int64): each of an author's s kept items gets floor(GRID / s)
+    1/WEIGHT_GRID (int64): each of an author's s kept items gets floor(GRID / s)
     (``uniform-laplace``: l1 norm <= 1) or floor(GRID / sqrt(s)) (``uniform-gaussian``:
     l2 norm <= 1), rounded down so the norm bound is exact. The float64 bincount is exact
     (every partial sum is an integer of at most n_authors x 2^20, below 2^53 for fewer
@@ -363,7 +425,7 @@ def uniform_weights(
     kept = truncated(part, policy, limit, tiebreak)
     sizes = np.diff(kept.offsets)
     distinct, inverse = np.unique(sizes, return_inverse=True)
-    grid = UNIFORM_GRID
+    grid = WEIGHT_GRID
     if policy == "uniform-laplace":
         per_size = [grid // int(s) if s else 0 for s in distinct]
     else:
@@ -409,7 +471,7 @@ def select_units(
         for part in stream_map(uniform_weights, parts, policy, params.max_items, tiebreak):
             total += part
         candidates = np.flatnonzero(total)
-        values = total[candidates] / UNIFORM_GRID
+        values = total[candidates]
     else:
         key = _NO_KEY
         if policy.startswith("policy-"):
@@ -423,10 +485,20 @@ def select_units(
             "policy-laplace": kernels.l1_descent,
             "policy-gaussian": kernels.l2_descent,
         }[policy]
-        hist = np.zeros(n_items)
-        kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
+        if params.grid is None:
+            hist = np.zeros(n_items)
+            kernel(order, ordered.offsets, ordered.items, params.gamma, hist)
+        else:
+            hist = np.zeros(n_items, dtype=np.int64)
+            gamma = np.int64(round(params.gamma * params.grid))
+            kernel(order, ordered.offsets, ordered.items, gamma, np.int64(params.grid), hist)
         candidates = np.flatnonzero(np.bincount(ordered.items, minlength=n_items))
         values = hist[candidates]
+    if params.grid is not None:
+        scale = params.noise_scale * params.grid
+        noisy = noise.add_integer_laplace(values, scale, params.grid)
+        return candidates[noisy > round(params.rho * params.grid)]
+    values = values / WEIGHT_GRID if policy in UNIFORM_POLICIES else values
     if params.noise == "laplace":
         noisy = noise.add_laplace(values, params.noise_scale)
     else:

@@ -102,6 +102,13 @@ OPENDP_INTEGER_GAUSSIAN = (
     "opendp.measurements.make_gaussian(i64 vector, exact discrete Gaussian), scale enlarged "
     "by 2^-30 to cover OpenDP's rounding of its map"
 )
+OPENDP_INTEGER_LAPLACE = (
+    "opendp.measurements.make_laplace(i64 vector, exact discrete Laplace), scale enlarged "
+    "by 2^-30 to cover OpenDP's rounding of its map"
+)
+EXACT_INTEGER_LAPLACE = (
+    "fdptm.privacy.exact.discrete_laplace(i64, exact: CKS Algorithm 2, bracketed coins)"
+)
 EXACT_INTEGER_GAUSSIAN = (
     "fdptm.privacy.exact.discrete_gaussian(i64, exact: CKS Algorithm 3, bracketed coins)"
 )
@@ -110,7 +117,8 @@ EXACT_GRID_LAPLACE = (
     "Algorithm 2, bracketed coins)"
 )
 SAMPLERS = ("exact", "opendp")
-"""Who draws the integer and grid noise (``add_integer_gaussian``, ``grid_laplace``):
+"""Who draws the integer and grid noise (``add_integer_gaussian``, ``add_integer_laplace``,
+``grid_laplace``):
 fdptm's compiled exact sampler (``fdptm.privacy.exact``) or OpenDP's, the reference. The
 noise on floats (2^-1074 and 2^ROUNDING_EXPONENT grids) and the quantile are OpenDP's
 either way."""
@@ -128,6 +136,8 @@ SAFE_SAMPLERS = (
     OPENDP_INTEGER_GAUSSIAN,
     EXACT_INTEGER_GAUSSIAN,
     EXACT_GRID_LAPLACE,
+    OPENDP_INTEGER_LAPLACE,
+    EXACT_INTEGER_LAPLACE,
 )
 CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
 RANDOMNESS = "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits of os.urandom"
@@ -187,6 +197,9 @@ def opendp_measurement(sampler: str, scale: float, size: int) -> Measurement:
     if sampler == OPENDP_INTEGER_GAUSSIAN:
         integers = dp.vector_domain(dp.atom_domain(T="i64"))
         return m.make_gaussian(integers, l2_distance(T="i64"), scale=scale)
+    if sampler == OPENDP_INTEGER_LAPLACE:
+        integers = dp.vector_domain(dp.atom_domain(T="i64"))
+        return m.make_laplace(integers, l1_distance(T="i64"), scale=scale)
     unsized = dp.vector_domain(dp.atom_domain(T=float, nan=False))
     if sampler == OPENDP_GAUSSIAN:
         return m.make_gaussian(unsized, l2_distance(T=float), scale=scale)
@@ -395,6 +408,49 @@ class NoiseSource:
         noisy = _opendp_apply(OPENDP_INTEGER_GAUSSIAN, used, array.ravel())
         return self._count(OPENDP_INTEGER_GAUSSIAN, noisy.astype(np.float64).reshape(array.shape))
 
+    def add_integer_laplace(self, values: np.ndarray, scale: float, sensitivity: int) -> np.ndarray:
+        """int64 ``values`` plus i.i.d. discrete Laplace noise of scale ``scale`` (P(y)
+        proportional to exp(-|y| / scale), on the integers), as float64, for a caller whose
+        ``values`` move by at most the integer ``sensitivity`` in L1 between neighbours:
+        epsilon = sensitivity / scale (CKS Definition 28; the ratio of the pmf at y and
+        y + d is at most exp(|d| / scale)). DP set union's integer histograms (M1).
+
+        Secure: from ``fdptm.privacy.exact`` at one ulp above ``scale`` (sampler "exact",
+        for the scales it takes: 2^-20 to 2^56), or OpenDP's on i64 at ``scale`` (1 +
+        2^-30), its map checked against epsilon; the noisy integers are exact, and only then
+        converted to f64 (exactly, below 2^53). Numpy: continuous Laplace(0, scale) added
+        in floating point.
+        """
+        scale = _check_scale("Laplace scale", scale, self.secure)
+        array = np.asarray(values)
+        if array.dtype != np.int64:
+            raise TypeError(f"add_integer_laplace needs int64 values, got {array.dtype}")
+        if not self.secure:
+            noisy = array + self.generator.laplace(0.0, scale, array.shape)
+            return self._count(NUMPY_LAPLACE, noisy)
+        from fdptm.privacy import exact  # numba: not on the paths that refuse before a run
+
+        used = math.nextafter(scale, math.inf)
+        if self.sampler == "exact" and exact.supports("laplace", Fraction(used)):
+            noise = exact.discrete_laplace(used, array.size).reshape(array.shape)
+            return self._exact_sum(EXACT_INTEGER_LAPLACE, array, noise, scale, used, sensitivity)
+        used = scale * (1.0 + 2.0**-30)
+        if array.size:
+            promised = sensitivity / scale
+            if opendp_measurement(OPENDP_INTEGER_LAPLACE, used, 0).map(sensitivity) > promised:
+                raise ValueError(f"OpenDP maps the integer Laplace above epsilon {promised}")
+            self.rounded.append(
+                {
+                    "sampler": OPENDP_INTEGER_LAPLACE,
+                    "scale": scale,
+                    "used": used,
+                    "sensitivity": sensitivity,
+                    "size": array.size,
+                }
+            )
+        noisy = _opendp_apply(OPENDP_INTEGER_LAPLACE, used, array.ravel())
+        return self._count(OPENDP_INTEGER_LAPLACE, noisy.astype(np.float64).reshape(array.shape))
+
     def _exact_sum(
         self,
         sampler: str,
@@ -407,9 +463,11 @@ class NoiseSource:
         """int64 ``values`` + ``noise`` exactly, as f64.
 
         The exact sampler draws at the exact rational of ``used``, one ulp above ``scale``:
-        the caller's float scale (z C / g) may have rounded below the exact product its
-        accountant assumed, by at most half an ulp, so the loss is at most the promised
-        rho = sensitivity^2 / (2 scale^2) (CKS Theorem 14) without a further enlargement.
+        the caller's float scale (z C / g, or M1's Laplace scale in grid units) may have
+        rounded below the exact value its accountant assumed, by at most half an ulp, so the
+        loss is at most the promised one without a further enlargement: rho =
+        sensitivity^2 / (2 scale^2) for the discrete Gaussian (CKS Theorem 14), epsilon =
+        sensitivity / scale for the discrete Laplace.
         Every draw is below 2^62 in size (``fdptm.privacy.exact.LIMIT``), so values below
         2^62 in size (a sum of clipped units on a grid is far below) sum exactly in int64."""
         if values.size:
@@ -508,6 +566,11 @@ class NoiseSource:
                     f"{OPENDP_INTEGER_GAUSSIAN}: exact discrete Gaussian added to integer "
                     "sums, converted to f64 afterwards (dp-vi's statistic)"
                 ),
+                "integer_laplace": (
+                    f"{OPENDP_INTEGER_LAPLACE}: exact discrete Laplace added to integer "
+                    "histograms, converted to f64 afterwards (DP set union's weighted and "
+                    "uniform-laplace policies)"
+                ),
                 "grid_laplace": (
                     f"{OPENDP_GRID_LAPLACE}: discrete Laplace on the grid 2^{GRID_EXPONENT}, "
                     "added exactly to integer counts (zhu, cdp-lda, cdp-lda-plus)"
@@ -527,6 +590,10 @@ class NoiseSource:
                     integer_gaussian=f"{EXACT_INTEGER_GAUSSIAN}: exact discrete Gaussian "
                     "added to integer sums, converted to f64 afterwards (dp-vi, biterm); "
                     f"{OPENDP_INTEGER_GAUSSIAN} for a scale outside [2^-20, 2^56]",
+                    integer_laplace=f"{EXACT_INTEGER_LAPLACE}: exact discrete Laplace added "
+                    "to integer histograms, converted to f64 afterwards (DP set union's "
+                    f"weighted and uniform-laplace policies); {OPENDP_INTEGER_LAPLACE} for a "
+                    "scale outside [2^-20, 2^56]",
                     grid_laplace=f"{EXACT_GRID_LAPLACE}: added exactly to integer counts "
                     f"(zhu, cdp-lda, cdp-lda-plus); {OPENDP_GRID_LAPLACE} for a scale above "
                     "2^36",
@@ -540,6 +607,7 @@ class NoiseSource:
             "floating_point_safe": False,
             "laplace": f"{NUMPY_LAPLACE} (inverse CDF), added in floating point",
             "gaussian": f"{NUMPY_GAUSSIAN} (ziggurat), added in floating point",
+            "integer_laplace": f"{NUMPY_LAPLACE} (inverse CDF), added in floating point",
             "grid_laplace": NUMPY_GRID_LAPLACE,
             "quantile": NUMPY_QUANTILE,
             "noise_randomness": "numpy PCG64 (not a CSPRNG)",
