@@ -30,12 +30,24 @@ largest tree RSS sampled inside it.
 
 Slope. Per stage, the least-squares line through (N, seconds) over the sizes run: seconds
 per 1,000,000 documents, and the intercept (a fixed cost).
+
+Against another checkout (``--baseline-python PATH``, the ``python`` of its own install)
+and over ``--rounds N``: the corpus is generated and ingested once per size, into a
+workspace that each release then gets a fresh copy of, and the arms alternate in rotating
+order (``harness.rounds``); the table gives each arm's median, its range, and the median
+of the per-round ratios. The size's row in the main table is this code's median release
+(the lower middle one for an even number of rounds).
+
+    python benchmarks/scale.py --sizes 500000 --mechanism biterm --rounds 3 \
+        --baseline-python /path/to/other/.venv/bin/python
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +59,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import at_start, checkpoint, clean_env, measure, save  # noqa: E402
+from harness import at_start, checkpoint, clean_env, fdptm_argv, measure, rounds, save  # noqa: E402
 
 DATASET = "scale"
 TOPICS = 10
@@ -148,18 +160,22 @@ def stages(root: Path, samples: list) -> dict:
     return out
 
 
-def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
+def one_size(n_docs: int, args: argparse.Namespace, arms: dict[str, list[str]]) -> dict:
+    """Generate and ingest ``n_docs`` documents once, then time the release of every arm
+    (``fdptm`` commands) in ``args.rounds`` interleaved rounds, each on a fresh copy of the
+    ingested workspace."""
     with tempfile.TemporaryDirectory(prefix="fdptm-scale-") as tmp:
         tmp = Path(tmp)
         (tmp / "corpus").mkdir()
         t = time.perf_counter()
         shape = write_corpus(tmp / "corpus", n_docs, args.words, args.docs_per_file)
         shape["generate_seconds"] = time.perf_counter() - t
-        env = clean_env(tmp / "ws")  # Prefect's home as the user's: its database exists
+        ingested = tmp / "ingested"
+        env = clean_env(ingested)  # Prefect's home as the user's: its database exists
         t = time.perf_counter()
         for f in sorted((tmp / "corpus").glob("*.parquet")):
             subprocess.run(
-                [exe, "ingest", str(f), "--dataset", DATASET],
+                [*arms["new"], "ingest", str(f), "--dataset", DATASET],
                 env=env,
                 check=True,
                 capture_output=True,
@@ -167,22 +183,35 @@ def one_size(n_docs: int, args: argparse.Namespace, exe: Path) -> dict:
             f.unlink()
         ingest = time.perf_counter() - t
         print(f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: ingested in {ingest:.1f} s", flush=True)
-        run = measure([str(exe), *release_argv(args.mechanism)], env, interval=0.2)
-        result = {
+
+        def release(arm: str) -> dict:
+            workspace = tmp / "ws"
+            shutil.rmtree(workspace, ignore_errors=True)
+            shutil.copytree(ingested, workspace)
+            run = measure(
+                [*arms[arm], *release_argv(args.mechanism)], clean_env(workspace), interval=0.2
+            )
+            return {
+                "release_wall": run.wall,
+                "release_cpu": run.cpu,
+                "peak_mib": run.peak_mib,
+                "stages": stages(workspace, run.samples),
+            }
+
+        runs = rounds(arms, args.rounds, release, lambda r: f"{r['release_wall']:.1f} s")
+        new = sorted(runs["new"], key=lambda r: r["release_wall"])[(len(runs["new"]) - 1) // 2]
+        print(
+            f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: release {new['release_wall']:.1f} s "
+            f"wall (median), {new['release_cpu']:.1f} s CPU, peak {new['peak_mib']:.0f} MiB",
+            flush=True,
+        )
+        return {
             "documents": n_docs,
             "corpus": shape,
             "ingest_seconds": ingest,
-            "release_wall": run.wall,
-            "release_cpu": run.cpu,
-            "peak_mib": run.peak_mib,
-            "stages": stages(tmp / "ws", run.samples),
+            **new,
+            "runs": runs,
         }
-        print(
-            f"[{time.strftime('%H:%M:%S')}] N={n_docs:,}: release {run.wall:.1f} s wall, "
-            f"{run.cpu:.1f} s CPU, peak {run.peak_mib:.0f} MiB",
-            flush=True,
-        )
-        return result
 
 
 def slopes(results: list[dict]) -> dict:
@@ -241,6 +270,37 @@ def render(r: dict) -> str:
         ]
         for name, s in r["slopes"].items():
             lines.append(f"| {name} | {s['seconds_per_million']:.2f} | {s['intercept']:.2f} |")
+    compared = [
+        x
+        for x in r["results"]
+        if len(x.get("runs", {}).get("new", [])) > 1 or len(x.get("runs", {})) > 1
+    ]
+    if compared:
+        lines += [
+            "",
+            "### Interleaved rounds",
+            "",
+            f"Baseline: `{r['machine'].get('baseline', 'none')}` (its own install).",
+            "",
+            "| N | arm | rounds | median wall (s) | min (s) | max (s) | median train (s) | "
+            "median ratio to baseline |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for x in compared:
+            runs = x["runs"]
+            for arm, got in runs.items():
+                walls = [g["release_wall"] for g in got]
+                trains = [g["stages"].get("train", {}).get("wall", float("nan")) for g in got]
+                ratio = ""
+                if arm != "baseline" and "baseline" in runs:
+                    base = [g["release_wall"] for g in runs["baseline"]]
+                    ratios = [a / b for a, b in zip(walls, base, strict=True)]
+                    ratio = f"{statistics.median(ratios):.2f}"
+                lines.append(
+                    f"| {x['documents']:,} | {arm} | {len(got)} | {statistics.median(walls):.1f} | "
+                    f"{min(walls):.1f} | {max(walls):.1f} | {statistics.median(trains):.1f} | "
+                    f"{ratio} |"
+                )
     for f in r.get("failed", []):
         lines += ["", f"N = {f['documents']:,} failed: `{f['error'][-300:]}`"]
     if r.get("note"):
@@ -256,13 +316,20 @@ def main() -> None:
     parser.add_argument("--out", help="output stem (default benchmarks/scale)")
     parser.add_argument("--note", default="")
     parser.add_argument("--mechanism", default="dp-vi", help="the M2 released (default dp-vi)")
+    parser.add_argument("--rounds", type=int, default=1, help="releases per arm, interleaved")
+    parser.add_argument(
+        "--baseline-python", help="the python of another checkout's install: a second arm"
+    )
     args = parser.parse_args()
     started = at_start()
-    exe = Path(sys.executable).with_name("fdptm")
+    arms = {"new": fdptm_argv()}
+    if args.baseline_python:
+        arms["baseline"] = fdptm_argv(args.baseline_python)
+        started["baseline"] = args.baseline_python
     results, failed = [], []
     for n in args.sizes.split(","):
         try:
-            results.append(one_size(int(n), args, exe))
+            results.append(one_size(int(n), args, arms))
         except RuntimeError as exc:  # e.g. out of memory: report it, keep the other sizes
             print(f"N={int(n):,}: {exc}", flush=True)
             failed.append({"documents": int(n), "error": str(exc)[-1500:]})
