@@ -410,14 +410,28 @@ def _reference_em(rows, cols, weights, n_words, params, generator, public_topics
     return best
 
 
-def test_em_ranges_keep_the_callers_thread_share(monkeypatch):
-    """The starts run on threads of their own in copies of the caller's context, so an
-    audit's ``threads_at_most(1)`` holds for every pass's ranges (one thread); without a
-    share a pass takes the cores the unfinished starts leave: one while 5 starts share 2
-    or more cores, every usable core for the last."""
+def test_em_passes_divide_the_cores_among_the_unfinished_starts(monkeypatch):
+    """A pass takes the cores the unfinished starts leave (one each while they outnumber
+    the cores, all of them for the last), the cores being ``workers()`` where the fit was
+    asked for: an audit's ``threads_at_most(1)`` holds for every pass, and no pool is made."""
+    passes = biterm._Passes(10**6, 5, 4)
+    seen = [passes.threads()]
+    for _ in range(4):
+        passes.finish()
+        seen.append(passes.threads())
+    passes.__exit__(None, None, None)
+    assert seen == [1, 1, 1, 2, 4]
+    made: list[biterm._Passes] = []
+
+    class Watched(biterm._Passes):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(biterm, "_Passes", Watched)
+    monkeypatch.setattr(biterm, "_PAIRS_PER_CHUNK", 500)
     rng = np.random.default_rng(4)
     rows, cols = np.sort(rng.integers(0, 30, (2, 2000)), axis=0)
-    weights = rng.exponential(1.0, 2000)
     params = biterm.biterm_params(
         2.0,
         1e-6,
@@ -426,21 +440,34 @@ def test_em_ranges_keep_the_callers_thread_share(monkeypatch):
         max_docs_per_author=1,
         em_iterations=3,
     )
-    seen: list[int] = []
-    split = biterm.each_chunk
-
-    def watched(work, chunks, threads):
-        seen.append(threads)
-        split(work, chunks, threads)
-
-    monkeypatch.setattr(biterm, "each_chunk", watched)
-    monkeypatch.setattr(biterm, "_PAIRS_PER_CHUNK", 500)
+    weights = rng.exponential(1.0, 2000)
     with threads_at_most(1):
         biterm.fit_biterms(rows, cols, weights, 30, params, np.random.default_rng(1))
-    assert seen and set(seen) == {1}
-    seen.clear()
     biterm.fit_biterms(rows, cols, weights, 30, params, np.random.default_rng(1))
-    assert seen[0] == max(1, workers() // params.restarts) and seen[-1] == workers()
+    assert [(p.cores, p._pool is None) for p in made] == [(1, True), (workers(), workers() == 1)]
+
+
+def test_an_em_pass_is_the_same_bits_on_any_number_of_threads(monkeypatch):
+    """The ranges depend on the number of pairs only and are added in range order, so one
+    pass on 1, 2, 3 or 8 threads gives the same counts, mass, objective and background
+    mass to the last bit (rows unsorted: the kernel's gathering is correct in any order)."""
+    monkeypatch.setattr(biterm, "_PAIRS_PER_CHUNK", 300)
+    rng = np.random.default_rng(6)
+    n_words, k = 40, 5
+    rows, cols = np.sort(rng.integers(0, n_words, (2, 3000)), axis=0)
+    weights = rng.exponential(1.0, 3000)
+    phi_t = np.ascontiguousarray(rng.dirichlet(np.ones(n_words), k).T)
+    theta = rng.dirichlet(np.ones(k))
+    out = []
+    for cores in (1, 2, 3, 8):
+        counts, mass = np.full((n_words, k), 0.01), np.zeros(k)
+        with biterm._Passes(len(rows), 1, cores) as passes:
+            sums = passes.step(rows, cols, weights, phi_t, theta, 1e-4, counts, mass)
+        out.append((counts, mass, sums))
+    assert len(passes.edges) - 1 == biterm._EM_CHUNKS
+    for counts, mass, sums in out[1:]:
+        assert np.array_equal(counts, out[0][0]) and np.array_equal(mass, out[0][1])
+        assert sums == out[0][2]
 
 
 @pytest.mark.parametrize(

@@ -404,6 +404,7 @@ def test_every_mechanism_releases_through_opendp_when_unseeded(corpus, name, opt
         ("weighted", "exact"),
         ("weighted", "opendp"),
         ("uniform-laplace", "exact"),
+        ("uniform-laplace", "opendp"),
         ("policy-laplace", "exact"),
         ("policy-gaussian", "exact"),
     ],

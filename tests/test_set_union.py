@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fdptm.errors import BadInputError
 from fdptm.kernels import set_union as kernels
 from fdptm.mechanisms.set_union import (
     POLICIES,
@@ -17,6 +18,7 @@ from fdptm.mechanisms.set_union import (
     author_items,
     gaussian_threshold,
     laplace_threshold,
+    released,
     select,
     select_units,
     set_union_params,
@@ -213,6 +215,29 @@ def test_integer_thresholds_keep_delta_under_the_discrete_noise(policy, eps, del
             tail = float(np.max(-np.expm1(unique * np.log1p(-each))))
         worst = max(worst, float(tail))
     assert delta / 2 < worst <= delta
+
+
+@pytest.mark.parametrize("policy", ["weighted", "uniform-laplace", "policy-laplace"])
+def test_a_weight_equal_to_the_threshold_is_not_released(policy):
+    """The delta bounds count P[X >= R - w + 1]: a noisy integer equal to R = rho / g must
+    stay out and R + 1 get in (the float policies: rho out, the next float in)."""
+    params = set_union_params(policy, 1.5, 5e-7)
+    if params.grid is None:
+        noisy = np.array([params.rho, math.nextafter(params.rho, math.inf)])
+        assert released(noisy, params).tolist() == [False, True]
+        return
+    units = round(params.rho * params.grid)
+    assert units == params.rho * params.grid
+    noisy = np.array([units - 1, units, units + 1], dtype=np.float64)
+    assert released(noisy, params).tolist() == [False, False, True]
+
+
+def test_thresholds_beyond_exact_integers_are_refused():
+    """A threshold of 2^33 or more (2^53 grid units) or an infinite one (a delta whose
+    tail underflows) is refused before any data is read, with what to change."""
+    for policy, epsilon, delta in (("weighted", 1e-30, 1e-6), ("uniform-laplace", 1.0, 5e-324)):
+        with pytest.raises(BadInputError, match="raise M1's epsilon or delta"):
+            set_union_params(policy, epsilon, delta)
 
 
 @pytest.mark.parametrize("policy", ["weighted", "uniform-laplace"])

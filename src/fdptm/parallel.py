@@ -105,14 +105,11 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         return pool
 
 
-def each_chunk(work: Callable[[int], None], chunks: int, threads: int | None = None) -> None:
-    """``work(c)`` for c = 0 .. chunks - 1 on up to ``threads`` threads (default
-    ``workers()``; in order on one, and in order when called from a chunk worker itself,
-    which must not wait on its own pool)."""
-    if threads is None:
-        threads = workers()
-    if chunks <= 1 or getattr(_IN_POOL, "active", False):
-        threads = 1
+def each_chunk(work: Callable[[int], None], chunks: int) -> None:
+    """``work(c)`` for c = 0 .. chunks - 1 on up to ``workers()`` threads (in order on one,
+    and in order when called from a chunk worker itself, which must not wait on its own
+    pool)."""
+    threads = 1 if chunks <= 1 or getattr(_IN_POOL, "active", False) else workers()
     if threads <= 1:
         for c in range(chunks):
             work(c)

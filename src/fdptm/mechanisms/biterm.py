@@ -82,7 +82,6 @@ dp-vi.
 
 from __future__ import annotations
 
-import contextvars
 import math
 import threading
 from collections.abc import Callable
@@ -379,10 +378,9 @@ def fit_biterms(
     The starts are drawn first, in order, then fitted on one thread per usable core (each
     fit is independent and deterministic, ``kernels.biterm.em_pass`` releases the GIL), so
     the result does not depend on the thread count; ties go to the earliest start. Each
-    pass is split into ranges of pairs (``_em_step``) that run on the cores the unfinished
+    pass is split into ranges of pairs (``_Passes``) that run on the cores the unfinished
     starts leave free: on one thread while there are as many starts as cores, on all of
-    them for the last one, which used to run alone on one core. The fits run in copies of
-    the caller's context, so a ``threads_at_most`` share (an audit's shadows) holds inside."""
+    them for the last one, which used to run alone on one core."""
     starts = []
     for restart in range(params.restarts):
         if restart == 0 and public_topics is not None:
@@ -395,41 +393,97 @@ def fit_biterms(
     rows, cols = rows.astype(np.int64), cols.astype(np.int64)
     weights = np.ascontiguousarray(weights, dtype=np.float64)
     prior = None if public_topics is None else params.prior_weight * public_topics.T
-
-    unfinished = _Unfinished(len(starts))
-
-    def fit(phi: np.ndarray) -> BitermFit:
-        try:
-            return _fit_from(rows, cols, weights, n_words, params, phi, prior, unfinished)
-        finally:
-            unfinished.finish()
-
-    contexts = [contextvars.copy_context() for _ in starts]
     best: BitermFit | None = None
-    with ThreadPoolExecutor(max(1, min(workers(), len(starts)))) as pool:
-        for fitted in pool.map(lambda c, phi: c.run(fit, phi), contexts, starts):
-            if best is None or fitted.objective > best.objective:
-                best = fitted
-            if progress:
-                progress(1)
+    with _Passes(rows.size, len(starts), workers()) as passes:
+
+        def fit(phi: np.ndarray) -> BitermFit:
+            try:
+                return _fit_from(rows, cols, weights, n_words, params, phi, prior, passes)
+            finally:
+                passes.finish()
+
+        with ThreadPoolExecutor(max(1, min(passes.cores, len(starts)))) as pool:
+            for fitted in pool.map(fit, starts):
+                if best is None or fitted.objective > best.objective:
+                    best = fitted
+                if progress:
+                    progress(1)
     assert best is not None
     return best
 
 
-class _Unfinished:
-    """The starts of one ``fit_biterms`` not yet fitted, and the threads a pass may take."""
+class _Passes:
+    """The EM passes of one ``fit_biterms``: each over the pairs cut into ranges that
+    depend on the number of pairs only (``_em_chunks``), on the ``cores`` the caller may use
+    (``workers()`` in its context, so an audit's ``threads_at_most`` share holds) divided
+    among the starts not yet fitted. The ranges run on threads of this object's own, shut
+    down with it, so no pool outlives the fit."""
 
-    def __init__(self, count: int) -> None:
-        self.count = count
+    def __init__(self, n_pairs: int, starts: int, cores: int) -> None:
+        self.edges = np.linspace(0, n_pairs, _em_chunks(n_pairs) + 1).astype(np.int64)
+        self.cores = max(1, cores)
+        self.unfinished = starts
         self._lock = threading.Lock()
+        split = self.cores > 1 and len(self.edges) > 2
+        self._pool = ThreadPoolExecutor(self.cores, "fdptm-em") if split else None
+
+    def __enter__(self) -> _Passes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def finish(self) -> None:
+        """One start is fitted: the others may take its cores."""
         with self._lock:
-            self.count -= 1
+            self.unfinished -= 1
 
     def threads(self) -> int:
-        """The usable cores divided among the unfinished starts (at least 1)."""
-        return max(1, workers() // max(1, self.count))
+        """The cores divided among the unfinished starts (at least 1)."""
+        return max(1, self.cores // max(1, self.unfinished))
+
+    def step(
+        self,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        weights: np.ndarray,
+        phi_t: np.ndarray,
+        theta: np.ndarray,
+        background: float,
+        counts_t: np.ndarray,
+        mass: np.ndarray,
+    ) -> tuple[float, float]:
+        """``kernel.em_pass`` over every range, each into counts of its own, on ``threads()``
+        threads (thread i takes ranges i, i + threads, ...), then added into ``counts_t``
+        and ``mass``, and the objectives and background masses summed, in range order: the
+        same bits on any number of threads. Returns (objective, rest) as ``em_pass`` does."""
+        edges = self.edges
+        ranges = len(edges) - 1
+        if ranges == 1:
+            return kernel.em_pass(rows, cols, weights, phi_t, theta, background, counts_t, mass)
+        parts = [(np.zeros_like(counts_t), np.zeros_like(mass)) for _ in range(ranges)]
+        sums = [(0.0, 0.0)] * ranges
+        threads = 1 if self._pool is None else min(self.threads(), ranges)
+
+        def run(first: int) -> None:
+            for r in range(first, ranges, threads):
+                lo, hi = edges[r], edges[r + 1]
+                sums[r] = kernel.em_pass(
+                    rows[lo:hi], cols[lo:hi], weights[lo:hi], phi_t, theta, background, *parts[r]
+                )
+
+        if threads == 1:
+            run(0)
+        else:
+            list(self._pool.map(run, range(threads)))
+        objective = rest = 0.0
+        for (part_counts, part_mass), (part_objective, part_rest) in zip(parts, sums, strict=True):
+            counts_t += part_counts
+            mass += part_mass
+            objective += part_objective
+            rest += part_rest
+        return objective, rest
 
 
 def _fit_from(
@@ -440,7 +494,7 @@ def _fit_from(
     params: BitermParams,
     phi: np.ndarray,
     prior: np.ndarray | None,
-    unfinished: _Unfinished,
+    passes: _Passes,
 ) -> BitermFit:
     """At most ``params.em_iterations`` EM steps from ``phi`` (topics x words), stopping when
     the objective gains less than ``params.tolerance`` relative."""
@@ -450,23 +504,13 @@ def _fit_from(
     background = 1.0 / (k + 1)
     previous = -math.inf
     objective = -math.inf
-    edges = np.linspace(0, rows.size, _em_chunks(rows.size) + 1).astype(np.int64)
     for _ in range(params.em_iterations):
         counts_t = np.full((n_words, k), params.eta)
         if prior is not None:
             counts_t += prior
         mass = np.zeros(k)
-        objective, rest = _em_step(
-            rows,
-            cols,
-            weights,
-            phi_t,
-            theta,
-            background / positions,
-            edges,
-            counts_t,
-            mass,
-            unfinished.threads(),
+        objective, rest = passes.step(
+            rows, cols, weights, phi_t, theta, background / positions, counts_t, mass
         )
         if not rows.size:  # no pair above the cut: everything is background
             rest = 1.0
@@ -483,45 +527,6 @@ def _em_chunks(n_pairs: int) -> int:
     """How many ranges an EM pass over ``n_pairs`` pairs is split into: a function of the
     number of pairs alone, never of the cores, so the sums are the same on any of them."""
     return max(1, min(_EM_CHUNKS, n_pairs // _PAIRS_PER_CHUNK))
-
-
-def _em_step(
-    rows: np.ndarray,
-    cols: np.ndarray,
-    weights: np.ndarray,
-    phi_t: np.ndarray,
-    theta: np.ndarray,
-    background: float,
-    edges: np.ndarray,
-    counts_t: np.ndarray,
-    mass: np.ndarray,
-    threads: int,
-) -> tuple[float, float]:
-    """``kernel.em_pass`` over the pairs cut at ``edges``: each range into counts of its own
-    on up to ``threads`` threads (``each_chunk``), then added into ``counts_t`` and
-    ``mass``, and the objectives and background masses summed, in range order. The ranges
-    depend on the number of pairs only, so the result is the same bits on any number of
-    threads. Returns (objective, rest) as ``em_pass`` does."""
-    ranges = len(edges) - 1
-    if ranges == 1:
-        return kernel.em_pass(rows, cols, weights, phi_t, theta, background, counts_t, mass)
-    parts = [(np.zeros_like(counts_t), np.zeros_like(mass)) for _ in range(ranges)]
-    sums = [(0.0, 0.0)] * ranges
-
-    def run(r: int) -> None:
-        lo, hi = edges[r], edges[r + 1]
-        sums[r] = kernel.em_pass(
-            rows[lo:hi], cols[lo:hi], weights[lo:hi], phi_t, theta, background, *parts[r]
-        )
-
-    each_chunk(run, ranges, threads)
-    objective = rest = 0.0
-    for (part_counts, part_mass), (part_objective, part_rest) in zip(parts, sums, strict=True):
-        counts_t += part_counts
-        mass += part_mass
-        objective += part_objective
-        rest += part_rest
-    return objective, rest
 
 
 def spread_start(

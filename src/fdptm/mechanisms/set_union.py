@@ -70,8 +70,9 @@ on i64 2^-30 above), epsilon-DP at l1 sensitivity 1/g (the pmf ratio at distance
 exp(d / t) at most). A candidate is released when its noisy integer exceeds R units.
 The delta part: for m >= 1, P[X >= m] = exp(-m / t) / (1 + exp(-1 / t)) < exp(-(m - 1) / t)
 / 2, so a word of w <= 1/g units is released with probability P[X >= R - w + 1] <
-exp(-eps_t (R g - w g)) / 2 with eps_t = 1 / (t g) >= eps (1 - 2^-30): the continuous tail
-the bounds above use, at eps_t. So R is the threshold formula's rho evaluated at
+exp(-eps_t (R g - w g)) / 2 with eps_t = 1 / (t g) > eps (1 - 2^-29) (OpenDP's scale, b/g
+(1 + 2^-30) rounded to f64, may be an ulp above that product): the continuous tail the
+bounds above use, at eps_t. So R is the threshold formula's rho evaluated at
 eps (1 - 2^-29) (which holds for every eps_t above it, the formula decreasing in epsilon),
 at delta (1 - DELTA_SLACK), rounded up to the grid, plus one unit. The unit covers the
 formula's floating-point error (a few ulps of rho) while rho < 2^30; above that eps rho is
@@ -79,8 +80,10 @@ at most ln(Delta0) + 746 (rho that large needs a tiny epsilon), so the error mov
 a factor below 1 + 2^-40, which DELTA_SLACK (2^-20) covers. ``uniform-laplace``'s bound is
 the product over the added author's t unique items, each carrying at most 1/t of the
 budget (floor(1/(g s)) units, s >= t), with per-item probability 1 - (1 - delta)^(1/t),
-which delta (1 - DELTA_SLACK) only lowers. The noisy integers and R are compared exactly
-(both below 2^53 in f64), so no rounding enters the released set.
+which delta (1 - DELTA_SLACK) only lowers. R is an integer below 2^53, exact in f64, and
+the noisy integers reach f64 by a monotone rounding (exact below 2^53), so a noisy value
+exceeds R exactly when its integer does (``released``): no rounding enters the released
+set.
 
 alpha = 3 by default (Carvalho et al.; FDPTM section 4.4). Authors are visited in a
 uniformly random order, which does not depend on the data.
@@ -167,7 +170,8 @@ def laplace_threshold(epsilon: float, delta: float, max_items: int) -> float:
     """rho_Lap = max_{1<=t<=Delta0} 1/t + ln(1 / (2 (1 - (1 - delta)^(1/t)))) / epsilon."""
     t = np.arange(1, max_items + 1, dtype=float)
     tail = -np.expm1(np.log1p(-delta) / t)
-    return float(np.max(1.0 / t + np.log(1.0 / (2.0 * tail)) / epsilon))
+    with np.errstate(divide="ignore"):  # a tail that underflows to 0: rho = inf, refused
+        return float(np.max(1.0 / t - (math.log(2.0) + np.log(tail)) / epsilon))
 
 
 def gaussian_threshold(sigma: float, delta: float, max_items: int) -> float:
@@ -260,13 +264,12 @@ def set_union_params(
 def _on_grid(value: float) -> float:
     """``value`` rounded up to a multiple of 1/WEIGHT_GRID (exact: a power-of-two scaling,
     an integer ceiling, and a quotient below 2^53 in grid units)."""
-    units = math.ceil(value * WEIGHT_GRID)
-    if units >= 2**53:
+    if not math.isfinite(value) or value * WEIGHT_GRID >= 2**53:
         raise BadInputError(
             f"DP set union's threshold {value:.3g} is too large for exact integer weights; "
             "raise M1's epsilon or delta"
         )
-    return units / WEIGHT_GRID
+    return math.ceil(value * WEIGHT_GRID) / WEIGHT_GRID
 
 
 @dataclass(frozen=True)
@@ -497,13 +500,22 @@ def select_units(
     if params.grid is not None:
         scale = params.noise_scale * params.grid
         noisy = noise.add_integer_laplace(values, scale, params.grid)
-        return candidates[noisy > round(params.rho * params.grid)]
-    values = values / WEIGHT_GRID if policy in UNIFORM_POLICIES else values
-    if params.noise == "laplace":
-        noisy = noise.add_laplace(values, params.noise_scale)
     else:
-        noisy = noise.add_gaussian(values, params.noise_scale)
-    return candidates[noisy > params.rho]
+        values = values / WEIGHT_GRID if policy in UNIFORM_POLICIES else values
+        if params.noise == "laplace":
+            noisy = noise.add_laplace(values, params.noise_scale)
+        else:
+            noisy = noise.add_gaussian(values, params.noise_scale)
+    return candidates[released(noisy, params)]
+
+
+def released(noisy: np.ndarray, params: SetUnionParams) -> np.ndarray:
+    """Which noisy weights are released: those strictly above rho, in grid units R = rho / g
+    for the integer policies (an integer equal to R is not: the delta bound counts
+    P[X >= R - w + 1]), else in floating point."""
+    if params.grid is None:
+        return noisy > params.rho
+    return noisy > round(params.rho * params.grid)
 
 
 def _concat(parts: list[AuthorItems], n_items: int) -> AuthorItems:

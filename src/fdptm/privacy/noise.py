@@ -416,7 +416,8 @@ class NoiseSource:
         y + d is at most exp(|d| / scale)). DP set union's integer histograms (M1).
 
         Secure: from ``fdptm.privacy.exact`` at one ulp above ``scale`` (sampler "exact",
-        for the scales it takes: 2^-20 to 2^56), or OpenDP's on i64 at ``scale`` (1 +
+        for the scales it takes: 2^-20 to 2^56 with the exact fraction's numerator and
+        denominator below 2^62, ``exact.supports``), or OpenDP's on i64 at ``scale`` (1 +
         2^-30), its map checked against epsilon; the noisy integers are exact, and only then
         converted to f64 (exactly, below 2^53). Numpy: continuous Laplace(0, scale) added
         in floating point.
@@ -593,7 +594,8 @@ class NoiseSource:
                     integer_laplace=f"{EXACT_INTEGER_LAPLACE}: exact discrete Laplace added "
                     "to integer histograms, converted to f64 afterwards (DP set union's "
                     f"weighted and uniform-laplace policies); {OPENDP_INTEGER_LAPLACE} for a "
-                    "scale outside [2^-20, 2^56]",
+                    "scale the compiled sampler does not take (outside [2^-20, 2^56], or an "
+                    "exact fraction with a numerator or denominator of 2^62 or more)",
                     grid_laplace=f"{EXACT_GRID_LAPLACE}: added exactly to integer counts "
                     f"(zhu, cdp-lda, cdp-lda-plus); {OPENDP_GRID_LAPLACE} for a scale above "
                     "2^36",
