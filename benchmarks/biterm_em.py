@@ -25,7 +25,6 @@ and, unseeded, their fits take different numbers of steps; this compares the EM 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -34,20 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Table, rounds, scale_corpus  # noqa: E402
+from harness import Table, baseline_kernel, rounds, scale_corpus  # noqa: E402
 
 TITLE = "biterm's EM against another checkout's kernel and schedule"
 NEEDS = "--baseline, another checkout's directory"
-
-
-def baseline_kernel(checkout: Path):
-    """The other checkout's ``fdptm/kernels/biterm.py`` as a module of its own."""
-    path = checkout / "src" / "fdptm" / "kernels" / "biterm.py"
-    spec = importlib.util.spec_from_file_location("baseline_biterm", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # numba's cache finds its functions' module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def pairs(docs: int):
@@ -82,7 +71,7 @@ def main() -> None:
     from fdptm.mechanisms import biterm
 
     checkout = Path(args.baseline).resolve()
-    kernels = {"this": kernel, "baseline": baseline_kernel(checkout)}
+    kernels = {"this": kernel, "baseline": baseline_kernel(checkout, "biterm")}
     rows, cols, weights, n_words, params = pairs(args.docs)
     k = params.n_topics
     table = Table(

@@ -19,7 +19,6 @@ interleaved calls compares the kernels to a few percent.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -29,21 +28,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Table, one_thread, rounds, scale_corpus  # noqa: E402
+from harness import Table, baseline_kernel, one_thread, rounds, scale_corpus  # noqa: E402
 
 TITLE = "dp-vi's clipped statistic against another checkout's kernel"
 NEEDS = "--baseline, another checkout's directory"
 CLIP = 2.0
-
-
-def baseline_kernel(checkout: Path):
-    """The other checkout's ``fdptm/kernels/vi.py`` as a module of its own."""
-    path = checkout / "src" / "fdptm" / "kernels" / "vi.py"
-    spec = importlib.util.spec_from_file_location("baseline_vi", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # numba's cache finds its functions' module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def case(docs: int, topics: int):
@@ -119,7 +108,7 @@ def main() -> None:
     from fdptm.kernels import vi
 
     checkout = Path(args.baseline).resolve()
-    kernels = {"this": vi, "baseline": baseline_kernel(checkout)}
+    kernels = {"this": vi, "baseline": baseline_kernel(checkout, "vi")}
     table = Table(
         "e_step",
         TITLE,

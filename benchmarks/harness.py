@@ -428,6 +428,20 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def baseline_kernel(checkout: Path, name: str):
+    """Another checkout's ``src/fdptm/kernels/<name>.py`` as a module of its own
+    (``baseline_<name>``), for benchmarks that time both checkouts' kernels in one process:
+    a kernel module imports numpy, numba and math only."""
+    import importlib.util
+
+    path = Path(checkout) / "src" / "fdptm" / "kernels" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # numba's cache finds its functions' module by name
+    spec.loader.exec_module(module)
+    return module
+
+
 def scale_corpus(docs: int, seed: int = 0, topics: int = 10) -> tuple:
     """The scale benchmark's synthetic corpus (``benchmarks/scale.py``) and its true topics.
 

@@ -143,6 +143,25 @@ CSPRNG = "randomgen.ChaCha (20 rounds) keyed with 256 bits from os.urandom"
 RANDOMNESS = "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits of os.urandom"
 """The random bits of fdptm's exact samplers (``fdptm.privacy.keystream``)."""
 
+_INTEGER = {
+    "gaussian": (
+        EXACT_INTEGER_GAUSSIAN,
+        OPENDP_INTEGER_GAUSSIAN,
+        NUMPY_GAUSSIAN,
+        "Gaussian sigma",
+        lambda sensitivity, scale: sensitivity**2 / (2.0 * scale**2),
+    ),
+    "laplace": (
+        EXACT_INTEGER_LAPLACE,
+        OPENDP_INTEGER_LAPLACE,
+        NUMPY_LAPLACE,
+        "Laplace scale",
+        lambda sensitivity, scale: sensitivity / scale,
+    ),
+}
+"""Per kind of integer noise: fdptm's exact sampler, OpenDP's, numpy's, what its scale is
+called, and the loss at (sensitivity, scale): rho (zCDP) or epsilon."""
+
 _CHUNK = 1 << 12
 """Vectors are split for the worker threads only into chunks of at least this many entries
 (below it the thread start-up costs more than it saves)."""
@@ -378,35 +397,7 @@ class NoiseSource:
         (post-processing), so no floating-point addition ever meets the noise. Numpy:
         continuous N(0, scale^2) added in floating point.
         """
-        scale = _check_scale("Gaussian sigma", scale, self.secure)
-        array = np.asarray(values)
-        if array.dtype != np.int64:
-            raise TypeError(f"add_integer_gaussian needs int64 values, got {array.dtype}")
-        if not self.secure:
-            noisy = array + self.generator.normal(0.0, scale, array.shape)
-            return self._count(NUMPY_GAUSSIAN, noisy)
-        from fdptm.privacy import exact  # numba: not on the paths that refuse before a run
-
-        used = math.nextafter(scale, math.inf)
-        if self.sampler == "exact" and exact.supports("gaussian", Fraction(used)):
-            noise = exact.discrete_gaussian(used, array.size).reshape(array.shape)
-            return self._exact_sum(EXACT_INTEGER_GAUSSIAN, array, noise, scale, used, sensitivity)
-        used = scale * (1.0 + 2.0**-30)
-        if array.size:
-            promised = sensitivity**2 / (2.0 * scale**2)
-            if opendp_measurement(OPENDP_INTEGER_GAUSSIAN, used, 0).map(sensitivity) > promised:
-                raise ValueError(f"OpenDP maps the integer Gaussian above rho {promised}")
-            self.rounded.append(
-                {
-                    "sampler": OPENDP_INTEGER_GAUSSIAN,
-                    "scale": scale,
-                    "used": used,
-                    "sensitivity": sensitivity,
-                    "size": array.size,
-                }
-            )
-        noisy = _opendp_apply(OPENDP_INTEGER_GAUSSIAN, used, array.ravel())
-        return self._count(OPENDP_INTEGER_GAUSSIAN, noisy.astype(np.float64).reshape(array.shape))
+        return self._add_integer("gaussian", values, scale, sensitivity)
 
     def add_integer_laplace(self, values: np.ndarray, scale: float, sensitivity: int) -> np.ndarray:
         """int64 ``values`` plus i.i.d. discrete Laplace noise of scale ``scale`` (P(y)
@@ -422,35 +413,43 @@ class NoiseSource:
         converted to f64 (exactly, below 2^53). Numpy: continuous Laplace(0, scale) added
         in floating point.
         """
-        scale = _check_scale("Laplace scale", scale, self.secure)
+        return self._add_integer("laplace", values, scale, sensitivity)
+
+    def _add_integer(
+        self, kind: str, values: np.ndarray, scale: float, sensitivity: int
+    ) -> np.ndarray:
+        """``add_integer_gaussian`` or ``add_integer_laplace`` (``kind``): the same steps,
+        with the kind's samplers and loss (``_INTEGER``)."""
+        exact_sampler, opendp_sampler, numpy_sampler, what, loss = _INTEGER[kind]
+        scale = _check_scale(what, scale, self.secure)
         array = np.asarray(values)
         if array.dtype != np.int64:
-            raise TypeError(f"add_integer_laplace needs int64 values, got {array.dtype}")
+            raise TypeError(f"add_integer_{kind} needs int64 values, got {array.dtype}")
         if not self.secure:
-            noisy = array + self.generator.laplace(0.0, scale, array.shape)
-            return self._count(NUMPY_LAPLACE, noisy)
+            draw = self.generator.normal if kind == "gaussian" else self.generator.laplace
+            return self._count(numpy_sampler, array + draw(0.0, scale, array.shape))
         from fdptm.privacy import exact  # numba: not on the paths that refuse before a run
 
         used = math.nextafter(scale, math.inf)
-        if self.sampler == "exact" and exact.supports("laplace", Fraction(used)):
-            noise = exact.discrete_laplace(used, array.size).reshape(array.shape)
-            return self._exact_sum(EXACT_INTEGER_LAPLACE, array, noise, scale, used, sensitivity)
+        if self.sampler == "exact" and exact.supports(kind, Fraction(used)):
+            noise = exact.draw(kind, Fraction(used), array.size)[0].reshape(array.shape)
+            return self._exact_sum(exact_sampler, array, noise, scale, used, sensitivity)
         used = scale * (1.0 + 2.0**-30)
         if array.size:
-            promised = sensitivity / scale
-            if opendp_measurement(OPENDP_INTEGER_LAPLACE, used, 0).map(sensitivity) > promised:
-                raise ValueError(f"OpenDP maps the integer Laplace above epsilon {promised}")
+            promised = loss(sensitivity, scale)
+            if opendp_measurement(opendp_sampler, used, 0).map(sensitivity) > promised:
+                raise ValueError(f"OpenDP maps the integer {kind} above its loss {promised}")
             self.rounded.append(
                 {
-                    "sampler": OPENDP_INTEGER_LAPLACE,
+                    "sampler": opendp_sampler,
                     "scale": scale,
                     "used": used,
                     "sensitivity": sensitivity,
                     "size": array.size,
                 }
             )
-        noisy = _opendp_apply(OPENDP_INTEGER_LAPLACE, used, array.ravel())
-        return self._count(OPENDP_INTEGER_LAPLACE, noisy.astype(np.float64).reshape(array.shape))
+        noisy = _opendp_apply(opendp_sampler, used, array.ravel())
+        return self._count(opendp_sampler, noisy.astype(np.float64).reshape(array.shape))
 
     def _exact_sum(
         self,
